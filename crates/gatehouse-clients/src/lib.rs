@@ -1,0 +1,1 @@
+//! gatehouse-clients (being built).

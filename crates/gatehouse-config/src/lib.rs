@@ -1,0 +1,1 @@
+//! gatehouse-config (being built).

@@ -1,0 +1,1 @@
+//! gatehouse-engine (being built).

@@ -1,0 +1,1 @@
+//! gatehouse-protocol (being built).

@@ -1,0 +1,1 @@
+//! gatehouse-proxy (being built).

@@ -1,0 +1,1 @@
+//! gatehouse-scanner (being built).

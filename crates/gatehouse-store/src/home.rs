@@ -1,0 +1,97 @@
+//! `GATEHOUSE_HOME`: the one place that decides where Gatehouse keeps its
+//! state, for the CLI, `gatehouse wrap` and the app alike.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Environment variable that overrides the default home.
+pub const HOME_ENV: &str = "GATEHOUSE_HOME";
+
+/// Resolves the home directory: an explicit `--home` wins, then
+/// `$GATEHOUSE_HOME`, then the per-OS data directory.
+pub fn resolve(explicit: Option<&Path>) -> PathBuf {
+    if let Some(dir) = explicit {
+        return dir.to_path_buf();
+    }
+    if let Some(dir) = std::env::var_os(HOME_ENV).filter(|v| !v.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    default_home()
+}
+
+#[cfg(target_os = "linux")]
+fn default_home() -> PathBuf {
+    if let Some(data) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(data).join("gatehouse");
+    }
+    user_home().join(".local/share/gatehouse")
+}
+
+#[cfg(target_os = "macos")]
+fn default_home() -> PathBuf {
+    user_home().join("Library/Application Support/Gatehouse")
+}
+
+#[cfg(windows)]
+fn default_home() -> PathBuf {
+    std::env::var_os("LOCALAPPDATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| user_home().join("AppData").join("Local"))
+        .join("Gatehouse")
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos", windows)))]
+fn default_home() -> PathBuf {
+    user_home().join(".gatehouse")
+}
+
+fn user_home() -> PathBuf {
+    let var = if cfg!(windows) { "USERPROFILE" } else { "HOME" };
+    std::env::var_os(var)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Creates `dir` (and parents) and makes it private to this user (0700 on Unix).
+pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Makes an existing file readable and writable by this user only (0600 on Unix).
+pub fn make_private_file(path: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_home_wins() {
+        assert_eq!(resolve(Some(Path::new("/x/y"))), PathBuf::from("/x/y"));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn private_dir_is_0700() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = std::env::temp_dir().join(format!("gh-home-test-{}", std::process::id()));
+        ensure_private_dir(&tmp).unwrap();
+        let mode = std::fs::metadata(&tmp).unwrap().permissions().mode() & 0o777;
+        std::fs::remove_dir_all(&tmp).unwrap();
+        assert_eq!(mode, 0o700, "GATEHOUSE_HOME must not be readable by other users");
+    }
+}

@@ -1,0 +1,3 @@
+//! gatehouse-store: SQLite state shared by every Gatehouse process (being built).
+
+pub mod home;

@@ -1,0 +1,1 @@
+//! gatehouse-vault (being built).
