@@ -1,1 +1,3 @@
 //! gatehouse-protocol (being built).
+
+pub mod identity;
