@@ -1,3 +1,17 @@
-//! gatehouse-protocol (being built).
+//! gatehouse-protocol: newline-delimited JSON-RPC framing for MCP, a lossless
+//! message view (original bytes plus a parsed view), and the canonical JSON
+//! form (RFC 8785) that tool pins hash.
+//!
+//! Key types: [`Frame`], [`Message`], [`MessageKind`], [`RequestId`].
+//!
+//! **Invariant:** no I/O, no async runtime, no clock; parsing never panics
+//! and never rejects valid JSON (deep nesting, lone surrogate escapes).
 
+pub mod canonical;
+pub mod frame;
 pub mod identity;
+pub mod message;
+
+pub use canonical::{canonical_json, tool_hash, HASH_VERSION};
+pub use frame::{parse_frame, Frame, FrameBody};
+pub use message::{Message, MessageKind, RequestId};

@@ -1,0 +1,290 @@
+//! One line of newline-delimited JSON-RPC: the original bytes, kept for
+//! byte-for-byte forwarding, plus the parsed view that inspection uses.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::message::Message;
+
+/// Deepest nesting Gatehouse inspects. Deeper frames are reported as
+/// [`FrameBody::TooDeep`]: the recursive walkers downstream (scanner,
+/// serializer, drop) must not overflow the stack on attacker-chosen input.
+pub const MAX_INSPECTABLE_DEPTH: usize = 4096;
+
+/// A parsed line. `raw` excludes the line terminator.
+#[derive(Debug)]
+pub struct Frame {
+    pub raw: Vec<u8>,
+    pub body: FrameBody,
+}
+
+#[derive(Debug)]
+pub enum FrameBody {
+    /// One JSON-RPC message (or a JSON value that is not one; see its kind).
+    Single(Message),
+    /// A JSON-RPC batch (2025-03-26), judged element by element.
+    Batch(Vec<Message>),
+    /// Blank line.
+    Empty,
+    /// Nested deeper than [`MAX_INSPECTABLE_DEPTH`].
+    TooDeep,
+    /// Not UTF-8 or not JSON; the text says where.
+    Unparseable(String),
+}
+
+/// Parses one line (without its `\n`; a trailing `\r` is tolerated).
+pub fn parse_frame(raw: Vec<u8>) -> Frame {
+    let body = parse_body(&raw);
+    Frame { raw, body }
+}
+
+fn parse_body(raw: &[u8]) -> FrameBody {
+    let text = raw.strip_suffix(b"\r").unwrap_or(raw);
+    if text.iter().all(u8::is_ascii_whitespace) {
+        return FrameBody::Empty;
+    }
+    if let Err(err) = std::str::from_utf8(text) {
+        return FrameBody::Unparseable(format!("invalid UTF-8 at byte {}", err.valid_up_to()));
+    }
+    if max_depth(text) > MAX_INSPECTABLE_DEPTH {
+        return FrameBody::TooDeep;
+    }
+    let sanitized;
+    let text = if has_surrogate_escape(text) {
+        sanitized = replace_lone_surrogates(text);
+        &sanitized[..]
+    } else {
+        text
+    };
+    match parse_value(text) {
+        Ok(Value::Array(items)) if !items.is_empty() => {
+            FrameBody::Batch(items.into_iter().map(Message::from_value).collect())
+        }
+        Ok(value) => FrameBody::Single(Message::from_value(value)),
+        Err(err) => FrameBody::Unparseable(format!(
+            "invalid JSON at line {} column {}: {}",
+            err.line(),
+            err.column(),
+            err.classify_name()
+        )),
+    }
+}
+
+trait ClassifyName {
+    fn classify_name(&self) -> &'static str;
+}
+
+impl ClassifyName for serde_json::Error {
+    fn classify_name(&self) -> &'static str {
+        match self.classify() {
+            serde_json::error::Category::Io => "I/O error",
+            serde_json::error::Category::Syntax => "syntax error",
+            serde_json::error::Category::Data => "data error",
+            serde_json::error::Category::Eof => "unexpected end of input",
+        }
+    }
+}
+
+/// Parses without serde_json's recursion limit; serde_stacker grows the
+/// stack on the heap as needed.
+fn parse_value(text: &[u8]) -> Result<Value, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(text);
+    de.disable_recursion_limit();
+    let value = Value::deserialize(serde_stacker::Deserializer::new(&mut de))?;
+    de.end()?;
+    Ok(value)
+}
+
+/// Maximum nesting of arrays and objects, ignoring brackets inside strings.
+fn max_depth(text: &[u8]) -> usize {
+    let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in text {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+fn has_surrogate_escape(text: &[u8]) -> bool {
+    text.windows(3)
+        .any(|w| w[0] == b'\\' && w[1] == b'u' && (w[2] == b'd' || w[2] == b'D'))
+}
+
+/// Rewrites `\uD800`–`\uDFFF` escapes that do not form a valid pair into
+/// `\uFFFD`, so the parsed view keeps every other character. JavaScript
+/// clients accept lone surrogates; refusing them would make a parser
+/// difference, and the raw bytes are what gets forwarded anyway.
+fn replace_lone_surrogates(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    let mut in_string = false;
+    while i < text.len() {
+        let b = text[i];
+        if !in_string {
+            in_string = b == b'"';
+            out.push(b);
+            i += 1;
+            continue;
+        }
+        match b {
+            b'"' => {
+                in_string = false;
+                out.push(b);
+                i += 1;
+            }
+            b'\\' if text.get(i + 1) == Some(&b'u') => {
+                let unit = hex4(&text[i + 2..]);
+                match unit {
+                    Some(hi @ 0xD800..=0xDBFF) => {
+                        let lo = (text.get(i + 6) == Some(&b'\\')
+                            && text.get(i + 7) == Some(&b'u'))
+                        .then(|| hex4(&text[i + 8..]))
+                        .flatten();
+                        if matches!(lo, Some(0xDC00..=0xDFFF)) {
+                            out.extend_from_slice(&text[i..i + 12]);
+                            i += 12;
+                        } else {
+                            let _ = hi;
+                            out.extend_from_slice(b"\\uFFFD");
+                            i += 6;
+                        }
+                    }
+                    Some(0xDC00..=0xDFFF) => {
+                        out.extend_from_slice(b"\\uFFFD");
+                        i += 6;
+                    }
+                    _ => {
+                        out.extend_from_slice(&text[i..(i + 2).min(text.len())]);
+                        i += 2;
+                    }
+                }
+            }
+            b'\\' => {
+                out.extend_from_slice(&text[i..(i + 2).min(text.len())]);
+                i += 2;
+            }
+            _ => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+fn hex4(bytes: &[u8]) -> Option<u32> {
+    let digits = bytes.get(..4)?;
+    let text = std::str::from_utf8(digits).ok()?;
+    u32::from_str_radix(text, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::MessageKind;
+
+    fn body(line: &str) -> FrameBody {
+        parse_frame(line.as_bytes().to_vec()).body
+    }
+
+    #[test]
+    fn lone_surrogates_parse_as_replacement_characters() {
+        let FrameBody::Single(msg) =
+            body(r#"{"jsonrpc":"2.0","id":1,"result":{"t":"a\ud800b\udc00c"}}"#)
+        else {
+            panic!("a lone surrogate escape is valid JSON text and must parse");
+        };
+        assert_eq!(msg.value["result"]["t"], "a\u{FFFD}b\u{FFFD}c");
+    }
+
+    #[test]
+    fn surrogate_pairs_stay_intact() {
+        // U+E0041 (TAG LATIN CAPITAL LETTER A) as an escaped pair.
+        let FrameBody::Single(msg) =
+            body(r#"{"jsonrpc":"2.0","id":1,"result":{"t":"\uDB40\uDC41"}}"#)
+        else {
+            panic!("valid pair must parse");
+        };
+        assert_eq!(msg.value["result"]["t"], "\u{E0041}");
+    }
+
+    #[test]
+    fn deep_nesting_within_the_limit_parses() {
+        let depth = 3000;
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"result":{}1{}}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        assert!(
+            matches!(body(&line), FrameBody::Single(_)),
+            "3000 levels is valid JSON"
+        );
+        let too_deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+        assert!(matches!(body(&too_deep), FrameBody::TooDeep));
+    }
+
+    #[test]
+    fn brackets_inside_strings_do_not_count_as_depth() {
+        let line = format!(
+            r#"{{"jsonrpc":"2.0","method":"x","params":{{"s":"{}"}}}}"#,
+            "[".repeat(9000)
+        );
+        assert!(matches!(body(&line), FrameBody::Single(_)));
+    }
+
+    #[test]
+    fn batches_are_split() {
+        let FrameBody::Batch(items) = body(
+            r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/initialized"}]"#,
+        ) else {
+            panic!("an array of messages is a batch");
+        };
+        assert_eq!(items.len(), 2);
+        assert!(matches!(items[1].kind, MessageKind::Notification { .. }));
+    }
+
+    #[test]
+    fn garbage_is_unparseable_with_position() {
+        let FrameBody::Unparseable(why) = body("Server started on stdio") else {
+            panic!("a banner is not JSON");
+        };
+        assert!(why.contains("line 1 column"), "{why}");
+        assert!(matches!(
+            body("{\"a\":1} trailing"),
+            FrameBody::Unparseable(_)
+        ));
+        assert!(matches!(
+            parse_frame(vec![b'{', 0xff, b'}']).body,
+            FrameBody::Unparseable(_)
+        ));
+        assert!(matches!(body("  \r"), FrameBody::Empty));
+    }
+
+    #[test]
+    fn crlf_is_tolerated_and_raw_is_kept() {
+        let frame = parse_frame(b"{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\r".to_vec());
+        assert!(matches!(frame.body, FrameBody::Single(_)));
+        assert_eq!(
+            frame.raw.last(),
+            Some(&b'\r'),
+            "raw bytes are forwarded unchanged"
+        );
+    }
+}
