@@ -1,0 +1,168 @@
+//! Request guard: DNS-rebinding and CSRF defences plus security headers.
+//!
+//! - `Host` must be one of this server's loopback authorities
+//!   (`127.0.0.1:PORT`, `localhost:PORT`, `[::1]:PORT`), else 421.
+//! - A request that can change anything (any method but GET/HEAD/OPTIONS)
+//!   must carry an `Origin` equal to one of those (or a configured extra
+//!   origin such as the tray app's), else 403. A foreign `Origin` or
+//!   `Sec-Fetch-Site: cross-site` is refused on reads too.
+//! - Every response, refusals included, carries a strict CSP, `nosniff`,
+//!   `no-referrer` and `frame-ancestors 'none'`.
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::error::ApiError;
+
+/// The Content Security Policy sent with every response.
+pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'";
+
+/// Which Host and Origin values this server accepts.
+#[derive(Debug, Clone)]
+pub struct Allowed {
+    hosts: Vec<String>,
+    origins: Vec<String>,
+}
+
+impl Allowed {
+    /// Loopback authorities for `port`, plus `extra_origins` (exact match).
+    pub fn for_port(port: u16, extra_origins: &[String]) -> Self {
+        let hosts: Vec<String> = [
+            format!("127.0.0.1:{port}"),
+            format!("localhost:{port}"),
+            format!("[::1]:{port}"),
+        ]
+        .into();
+        let mut origins: Vec<String> = hosts.iter().map(|h| format!("http://{h}")).collect();
+        origins.extend(extra_origins.iter().cloned());
+        Allowed { hosts, origins }
+    }
+
+    /// Whether `host` (the raw header value) names this server.
+    pub fn host_ok(&self, host: &str) -> bool {
+        let host = host.to_ascii_lowercase();
+        self.hosts.contains(&host)
+    }
+
+    /// Whether `origin` (the raw header value) is this server's own.
+    pub fn origin_ok(&self, origin: &str) -> bool {
+        self.origins.iter().any(|o| o.eq_ignore_ascii_case(origin))
+    }
+}
+
+fn changes_state(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// Middleware enforcing the Host and Origin rules.
+pub async fn check_request(
+    State(allowed): State<std::sync::Arc<Allowed>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let headers = req.headers();
+    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
+    // HTTP/1.1 puts the authority in Host; for absolute-form targets use the URI's.
+    let authority = host
+        .map(str::to_owned)
+        .or_else(|| req.uri().authority().map(|a| a.to_string()));
+    if !authority.as_deref().is_some_and(|h| allowed.host_ok(h)) {
+        return ApiError::MisdirectedHost.into_response();
+    }
+    let origin = headers
+        .get(header::ORIGIN)
+        .map(|v| v.to_str().unwrap_or("\u{0}"));
+    let cross_site = headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("cross-site"));
+    let origin_ok = origin.map(|o| allowed.origin_ok(o));
+    let refuse = if changes_state(req.method()) {
+        origin_ok != Some(true)
+    } else {
+        origin_ok == Some(false) || cross_site
+    };
+    if refuse {
+        return ApiError::ForbiddenOrigin.into_response();
+    }
+    next.run(req).await
+}
+
+/// Middleware adding the security headers to every response.
+pub async fn security_headers(req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        "cross-origin-opener-policy",
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("same-origin"),
+    );
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_host(host: &str, expect: bool) {
+        let a = Allowed::for_port(4321, &[]);
+        assert_eq!(
+            a.host_ok(host),
+            expect,
+            "host {host:?} should be {}",
+            if expect { "accepted" } else { "refused" }
+        );
+    }
+
+    #[test]
+    fn hosts() {
+        check_host("127.0.0.1:4321", true);
+        check_host("localhost:4321", true);
+        check_host("LOCALHOST:4321", true);
+        check_host("[::1]:4321", true);
+        check_host("127.0.0.1", false);
+        check_host("127.0.0.1:4322", false);
+        check_host("evil.example:4321", false);
+        check_host("localhost.evil.example:4321", false);
+        check_host("127.0.0.1:4321.evil", false);
+        check_host("", false);
+    }
+
+    #[test]
+    fn origins() {
+        let a = Allowed::for_port(4321, &["tauri://localhost".into()]);
+        for (o, ok) in [
+            ("http://127.0.0.1:4321", true),
+            ("http://localhost:4321", true),
+            ("http://[::1]:4321", true),
+            ("tauri://localhost", true),
+            ("https://127.0.0.1:4321", false),
+            ("http://127.0.0.1:9999", false),
+            ("null", false),
+            ("http://evil.example", false),
+        ] {
+            assert_eq!(a.origin_ok(o), ok, "origin {o:?}");
+        }
+    }
+}
