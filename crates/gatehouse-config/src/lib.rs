@@ -1,1 +1,211 @@
-//! gatehouse-config (being built).
+//! gatehouse-config owns `policy.toml`: the person's (and team's) policy,
+//! parsed strictly into raw options (`raw`), validated into layers with
+//! `file:line:column` diagnostics (`layer`, `diag`), merged so that a local
+//! file may only tighten a team base (`policy::Policy::from_layers`), and
+//! evaluated by pure functions the engine calls on every message
+//! ([`Policy::server_decision`], [`Policy::tool_decision`],
+//! [`Policy::tool_exposed`], [`Policy::server_settings`]). Key types:
+//! [`Policy`], [`Decision`], [`ServerRef`], [`ServerSettings`],
+//! [`LoadedPolicy`], [`PolicyError`].
+//!
+//! **Invariant:** parsing, validation, merging and evaluation are pure
+//! functions over strings and values — the only I/O is [`load`] and
+//! [`write_default_if_missing`]; this crate never depends on the store, the
+//! vault or a clock, and no error message carries a value that could be a
+//! secret.
+
+mod diag;
+mod layer;
+mod matching;
+mod policy;
+mod raw;
+mod render;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+pub use diag::{Diagnostic, PolicyError};
+pub use matching::glob_escape;
+pub use policy::{
+    AllowDecline, Burst, CrossServer, CustomPattern, Decision, EnvValue, FlowMode, FlowRule,
+    Limits, ListMode, Mode, OnChange, OnLaunchChange, PinningSettings, Policy, RateLimit,
+    RequestSettings, ResultAction, RuleDecision, SamplingContext, ScannerSettings, SensitiveFields,
+    ServerRef, ServerSettings, Severity, ToolClass, ToolListSettings, Trust, Typosquat,
+};
+pub use render::generate_locked_policy;
+
+/// File name of the local policy inside `GATEHOUSE_HOME`.
+pub const POLICY_FILE: &str = "policy.toml";
+/// Environment variable naming a team base policy file.
+pub const BASE_ENV: &str = "GATEHOUSE_POLICY_BASE";
+
+const DEFAULT_POLICY: &str = include_str!("default_policy.toml");
+
+/// The commented default `policy.toml` written on first run. Every setting
+/// is commented out, so a team base applies unchanged; uncommenting a line
+/// sets the value shown, which is the built-in default.
+pub fn default_policy_toml() -> &'static str {
+    DEFAULT_POLICY
+}
+
+/// Which layer a source is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceRole {
+    /// A team base (from `base = "…"` or `GATEHOUSE_POLICY_BASE`).
+    Base,
+    /// `$GATEHOUSE_HOME/policy.toml`.
+    Local,
+}
+
+/// One policy file's text and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicySource {
+    /// Base or local.
+    pub role: SourceRole,
+    /// How diagnostics name it (a path, or a label such as `<last good>`).
+    pub name: String,
+    /// The file's text.
+    pub text: String,
+}
+
+/// A merged, validated policy with the texts it came from (store them as
+/// the "last good" policy) and the warnings about ignored local settings.
+#[derive(Debug, Clone)]
+pub struct LoadedPolicy {
+    /// The effective policy.
+    pub policy: Policy,
+    /// Sources, bases first, local last.
+    pub sources: Vec<PolicySource>,
+    /// Local settings ignored because they would loosen a base.
+    pub warnings: Vec<Diagnostic>,
+}
+
+/// Validates and merges sources (bases first, local last). Pure: `base`
+/// keys are not followed here (see [`load`]); a base that names a base is an
+/// error, since chains would hide where a rule comes from.
+pub fn compile(sources: Vec<PolicySource>) -> Result<LoadedPolicy, PolicyError> {
+    let mut layers = Vec::with_capacity(sources.len());
+    let mut errors = Vec::new();
+    for source in &sources {
+        match layer::parse_layer(&source.name, &source.text) {
+            Ok(l) => {
+                if source.role == SourceRole::Base && l.raw.base.is_some() {
+                    let locator = diag::Locator::new(&source.text);
+                    errors.push(locator.diagnostic(
+                        &source.name,
+                        &diag::KeyPath::default().key("base"),
+                        true,
+                        "a base policy cannot name another base".to_owned(),
+                    ));
+                }
+                layers.push(l);
+            }
+            Err(mut e) => errors.append(&mut e),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(PolicyError::Invalid(errors));
+    }
+    let (policy, notes) = Policy::from_layers(&layers);
+    let warnings = notes
+        .into_iter()
+        .map(|n| {
+            let source = &sources[n.layer];
+            diag::Locator::new(&source.text).diagnostic(&source.name, &n.path, false, n.message)
+        })
+        .collect();
+    Ok(LoadedPolicy {
+        policy,
+        sources,
+        warnings,
+    })
+}
+
+/// Validates one text on its own (what `gatehouse policy check FILE` does).
+pub fn check_text(name: &str, text: &str) -> Result<LoadedPolicy, PolicyError> {
+    compile(vec![PolicySource {
+        role: SourceRole::Local,
+        name: name.to_owned(),
+        text: text.to_owned(),
+    }])
+}
+
+/// Reads `$home/policy.toml` (the built-in default text when missing) and
+/// its bases: the `base` key (relative to `home`) and `$GATEHOUSE_POLICY_BASE`.
+/// When both are set and differ, both apply. A named base that cannot be
+/// read is an error, never silently skipped.
+pub fn load(home: &Path) -> Result<LoadedPolicy, PolicyError> {
+    let env_base = std::env::var_os(BASE_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    load_with(home, env_base.as_deref())
+}
+
+/// [`load`] with the environment base passed in (for tests).
+pub fn load_with(home: &Path, env_base: Option<&Path>) -> Result<LoadedPolicy, PolicyError> {
+    let local_path = home.join(POLICY_FILE);
+    let local_text = match std::fs::read_to_string(&local_path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => DEFAULT_POLICY.to_owned(),
+        Err(e) => {
+            return Err(PolicyError::Io {
+                path: local_path,
+                source: e,
+            })
+        }
+    };
+    let local_name = local_path.display().to_string();
+    let local_layer = layer::parse_layer(&local_name, &local_text).map_err(PolicyError::Invalid)?;
+    let mut base_paths: Vec<PathBuf> = Vec::new();
+    if let Some(p) = env_base {
+        base_paths.push(p.to_path_buf());
+    }
+    if let Some(b) = &local_layer.raw.base {
+        let p = home.join(b);
+        if !base_paths.contains(&p) {
+            base_paths.push(p);
+        }
+    }
+    let mut sources = Vec::new();
+    for path in base_paths {
+        let text = std::fs::read_to_string(&path).map_err(|e| PolicyError::Io {
+            path: path.clone(),
+            source: e,
+        })?;
+        sources.push(PolicySource {
+            role: SourceRole::Base,
+            name: path.display().to_string(),
+            text,
+        });
+    }
+    sources.push(PolicySource {
+        role: SourceRole::Local,
+        name: local_name,
+        text: local_text,
+    });
+    compile(sources)
+}
+
+/// Writes the commented default policy to `$home/policy.toml` (0600 on
+/// Unix) unless a file is already there. Returns whether it wrote.
+pub fn write_default_if_missing(home: &Path) -> io::Result<bool> {
+    use std::io::Write as _;
+    std::fs::create_dir_all(home)?;
+    let path = home.join(POLICY_FILE);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    match options.open(&path) {
+        Ok(mut f) => {
+            f.write_all(DEFAULT_POLICY.as_bytes())?;
+            f.sync_all()?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
