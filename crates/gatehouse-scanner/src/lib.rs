@@ -1,1 +1,607 @@
-//! gatehouse-scanner (being built).
+//! gatehouse-scanner: finds instructions hidden in what MCP servers show the
+//! model — tool definitions, server `instructions`, prompt/resource listings,
+//! tool results, and server→client sampling/elicitation requests — and
+//! weighs the evidence into a severity.
+//!
+//! Key types: [`Scanner`] (built once from a [`ScannerConfig`]), [`Report`]
+//! of [`Finding`]s with [`Severity`] and [`Family`], [`ListedKind`], and
+//! [`wrap_with_nonce`] for optional output spotlighting. Every string is
+//! matched on its raw form and on a normalized view (NFKC, case, diacritics,
+//! look-alikes, invisibles and escapes removed) plus hidden layers (TAG
+//! characters, bidi-reversed runs, one layer of base64/base32/percent/hex,
+//! ROT13 when announced); see `normalize`.
+//!
+//! **Invariant:** pure and linear-time — no I/O, no clock, no threads, no
+//! backtracking regexes; credential values never appear in a [`Finding`].
+
+mod engine;
+pub mod normalize;
+mod rules;
+mod secrets;
+mod spotlight;
+
+use std::fmt;
+use std::str::FromStr;
+
+use regex::Regex;
+use serde_json::Value;
+
+pub use spotlight::wrap_with_nonce;
+
+/// How strongly a finding says "this is an attack".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    /// Observed and recorded; no action.
+    Info,
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Low => "low",
+            Severity::Medium => "medium",
+            Severity::High => "high",
+            Severity::Critical => "critical",
+        }
+    }
+
+    /// High or critical: quarantine a tool, block a result.
+    pub fn is_flagged(self) -> bool {
+        self >= Severity::High
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Severity {
+    type Err = ScannerError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
+            "info" => Severity::Info,
+            "low" => Severity::Low,
+            "medium" => Severity::Medium,
+            "high" => Severity::High,
+            "critical" => Severity::Critical,
+            other => return Err(ScannerError::UnknownSeverity(other.to_string())),
+        })
+    }
+}
+
+/// The attack family a finding belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    HiddenInstructions,
+    CredentialTheft,
+    Exfiltration,
+    ShellInjection,
+    PathTraversal,
+    CrossToolInstruction,
+    ContextHarvesting,
+    InvisibleUnicode,
+    TerminalEscape,
+    Homoglyph,
+    EncodedPayload,
+    WhitespacePadding,
+    SecretLeak,
+    ActiveContent,
+    ArgumentInjection,
+    Custom,
+}
+
+impl Family {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::HiddenInstructions => "hidden_instructions",
+            Family::CredentialTheft => "credential_theft",
+            Family::Exfiltration => "exfiltration",
+            Family::ShellInjection => "shell_injection",
+            Family::PathTraversal => "path_traversal",
+            Family::CrossToolInstruction => "cross_tool_instruction",
+            Family::ContextHarvesting => "context_harvesting",
+            Family::InvisibleUnicode => "invisible_unicode",
+            Family::TerminalEscape => "terminal_escape",
+            Family::Homoglyph => "homoglyph",
+            Family::EncodedPayload => "encoded_payload",
+            Family::WhitespacePadding => "whitespace_padding",
+            Family::SecretLeak => "secret_leak",
+            Family::ActiveContent => "active_content",
+            Family::ArgumentInjection => "argument_injection",
+            Family::Custom => "custom",
+        }
+    }
+
+    pub const ALL: &'static [Family] = &[
+        Family::HiddenInstructions,
+        Family::CredentialTheft,
+        Family::Exfiltration,
+        Family::ShellInjection,
+        Family::PathTraversal,
+        Family::CrossToolInstruction,
+        Family::ContextHarvesting,
+        Family::InvisibleUnicode,
+        Family::TerminalEscape,
+        Family::Homoglyph,
+        Family::EncodedPayload,
+        Family::WhitespacePadding,
+        Family::SecretLeak,
+        Family::ActiveContent,
+        Family::ArgumentInjection,
+        Family::Custom,
+    ];
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Family {
+    type Err = ScannerError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim().to_ascii_lowercase();
+        Family::ALL
+            .iter()
+            .copied()
+            .find(|f| f.as_str() == s)
+            .ok_or(ScannerError::UnknownFamily(s))
+    }
+}
+
+/// One piece of evidence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// Stable rule id, e.g. `override.ignore_previous` or `paired.credential`.
+    pub rule_id: String,
+    pub family: Family,
+    pub severity: Severity,
+    /// JSON path of the string, e.g. `inputSchema.properties.x.description`.
+    pub path: String,
+    /// ~50 characters either side of the match, invisibles shown as
+    /// `<U+200B>`, escapes as `<ESC>`, credential values redacted.
+    pub context: String,
+}
+
+/// All findings for one scanned object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    pub fn max_severity(&self) -> Option<Severity> {
+        self.findings.iter().map(|f| f.severity).max()
+    }
+
+    /// True when any finding is high or critical.
+    pub fn is_flagged(&self) -> bool {
+        self.max_severity().is_some_and(Severity::is_flagged)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.findings.is_empty()
+    }
+
+    fn extend(&mut self, other: Report) {
+        self.findings.extend(other.findings);
+    }
+
+    fn finish(mut self) -> Report {
+        self.findings.sort_by(|a, b| {
+            b.severity
+                .cmp(&a.severity)
+                .then_with(|| a.path.cmp(&b.path))
+        });
+        self.findings
+            .dedup_by(|a, b| a.rule_id == b.rule_id && a.path == b.path);
+        self
+    }
+}
+
+/// A policy-supplied pattern, matched on the raw text and the normalized view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomPattern {
+    pub id: String,
+    pub regex: String,
+    pub family: Family,
+    pub severity: Severity,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ScannerConfig {
+    pub custom_patterns: Vec<CustomPattern>,
+    /// Key for credential fingerprints (from the keyring in production).
+    pub fingerprint_key: Vec<u8>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScannerError {
+    #[error("custom pattern {id:?} is not a valid regex: {reason}")]
+    InvalidPattern { id: String, reason: String },
+    #[error("unknown severity {0:?} (expected info, low, medium, high or critical)")]
+    UnknownSeverity(String),
+    #[error("unknown family {0:?}")]
+    UnknownFamily(String),
+    #[error("built-in rule {id} failed to compile: {reason}")]
+    BuiltinRule { id: &'static str, reason: String },
+}
+
+/// Which list a prompt/resource item came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListedKind {
+    Prompt,
+    Resource,
+    ResourceTemplate,
+}
+
+/// Where a string is shown: decides how much weight weak evidence gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carrier {
+    /// Tool/prompt/resource definitions and server instructions: written by
+    /// the server for the model, so imperatives plus a target are enough.
+    Definition,
+    /// Tool results and retrieved content: third-party text that may
+    /// legitimately contain instructions for humans.
+    Output,
+    /// Server→client requests (sampling, elicitation).
+    Request,
+    /// Client→server call arguments.
+    Argument,
+}
+
+pub(crate) struct CompiledCustom {
+    pub id: String,
+    pub regex: Regex,
+    pub family: Family,
+    pub severity: Severity,
+}
+
+/// The scanner: compiled rules plus configuration. Cheap to share (`&self`).
+pub struct Scanner {
+    pub(crate) engine: engine::Engine,
+    pub(crate) custom: Vec<CompiledCustom>,
+    pub(crate) key: Vec<u8>,
+}
+
+impl fmt::Debug for Scanner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scanner")
+            .field("custom_patterns", &self.custom.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Strings longer than this are scanned in their first and last part only
+/// (the frame ceiling is enforced elsewhere; this bounds per-string work).
+pub const MAX_SCAN_BYTES: usize = 4 * 1024 * 1024;
+
+impl Scanner {
+    pub fn new(config: ScannerConfig) -> Result<Scanner, ScannerError> {
+        let engine = engine::Engine::new()?;
+        let mut custom = Vec::new();
+        for p in config.custom_patterns {
+            let regex = regex::RegexBuilder::new(&p.regex)
+                .size_limit(1 << 22)
+                .build()
+                .map_err(|e| ScannerError::InvalidPattern {
+                    id: p.id.clone(),
+                    reason: e.to_string(),
+                })?;
+            custom.push(CompiledCustom {
+                id: p.id,
+                regex,
+                family: p.family,
+                severity: p.severity,
+            });
+        }
+        Ok(Scanner {
+            engine,
+            custom,
+            key: config.fingerprint_key,
+        })
+    }
+
+    /// Scans one string shown to the model as output text.
+    pub fn scan_text(&self, path: &str, text: &str) -> Report {
+        self.scan_string(Carrier::Output, path, text).finish()
+    }
+
+    /// Scans one string with an explicit carrier.
+    pub fn scan_string(&self, carrier: Carrier, path: &str, text: &str) -> Report {
+        let text = bounded(text);
+        Report {
+            findings: self.engine.scan(self, carrier, path, &text),
+        }
+    }
+
+    /// Scans every string of a tool definition (and property names).
+    pub fn scan_tool(&self, tool: &Value) -> Report {
+        let mut strings = Vec::new();
+        collect_strings(tool, String::new(), &mut strings, true, 0);
+        let mut report = Report::default();
+        let mut per_string = Vec::with_capacity(strings.len());
+        for s in &strings {
+            let r = self.scan_string(Carrier::Definition, &s.path, &s.text);
+            per_string.push(engine::summarize(&r));
+            report.extend(r);
+        }
+        report.extend(self.engine.tool_level(self, &strings, &per_string));
+        report.finish()
+    }
+
+    /// Scans the `instructions` string of an `initialize` result.
+    pub fn scan_instructions(&self, text: &str) -> Report {
+        self.scan_string(Carrier::Definition, "instructions", text)
+            .finish()
+    }
+
+    /// Scans a prompt, resource or resource template from a list result.
+    pub fn scan_listed(&self, _kind: ListedKind, item: &Value) -> Report {
+        let mut strings = Vec::new();
+        collect_strings(item, String::new(), &mut strings, true, 0);
+        let mut report = Report::default();
+        for s in &strings {
+            if s.path.ends_with("uri")
+                || s.path.ends_with("uriTemplate")
+                || s.path.ends_with("mimeType")
+            {
+                continue;
+            }
+            report.extend(self.scan_string(Carrier::Definition, &s.path, &s.text));
+        }
+        report.finish()
+    }
+
+    /// Scans a result the server returned for `method`.
+    pub fn scan_result(&self, method: &str, result: &Value) -> Report {
+        let mut strings = Vec::new();
+        match method {
+            "tools/call" | "tasks/result" => collect_call_result(result, &mut strings),
+            "resources/read" => {
+                if let Some(contents) = result.get("contents").and_then(Value::as_array) {
+                    for (i, c) in contents.iter().enumerate() {
+                        if let Some(t) = c.get("text").and_then(Value::as_str) {
+                            strings.push(Str {
+                                path: format!("contents[{i}].text"),
+                                text: t.to_string(),
+                                key: false,
+                            });
+                        }
+                    }
+                }
+            }
+            "prompts/get" => {
+                if let Some(d) = result.get("description").and_then(Value::as_str) {
+                    strings.push(Str {
+                        path: "description".into(),
+                        text: d.to_string(),
+                        key: false,
+                    });
+                }
+                if let Some(msgs) = result.get("messages").and_then(Value::as_array) {
+                    for (i, m) in msgs.iter().enumerate() {
+                        collect_content_block(
+                            m.get("content").unwrap_or(&Value::Null),
+                            format!("messages[{i}].content"),
+                            &mut strings,
+                        );
+                    }
+                }
+            }
+            _ => collect_strings(result, String::new(), &mut strings, false, 0),
+        }
+        let mut report = Report::default();
+        for s in &strings {
+            report.extend(self.scan_string(Carrier::Output, &s.path, &s.text));
+        }
+        report.finish()
+    }
+
+    /// Scans a server→client request (`sampling/createMessage`, `elicitation/create`).
+    pub fn scan_server_request(&self, method: &str, params: &Value) -> Report {
+        let mut strings = Vec::new();
+        match method {
+            "sampling/createMessage" => {
+                if let Some(s) = params.get("systemPrompt").and_then(Value::as_str) {
+                    strings.push(Str {
+                        path: "systemPrompt".into(),
+                        text: s.to_string(),
+                        key: false,
+                    });
+                }
+                if let Some(msgs) = params.get("messages").and_then(Value::as_array) {
+                    for (i, m) in msgs.iter().enumerate() {
+                        collect_content_block(
+                            m.get("content").unwrap_or(&Value::Null),
+                            format!("messages[{i}].content"),
+                            &mut strings,
+                        );
+                    }
+                }
+            }
+            "elicitation/create" => {
+                if let Some(s) = params.get("message").and_then(Value::as_str) {
+                    strings.push(Str {
+                        path: "message".into(),
+                        text: s.to_string(),
+                        key: false,
+                    });
+                }
+                if let Some(schema) = params.get("requestedSchema") {
+                    collect_strings(schema, "requestedSchema".into(), &mut strings, true, 0);
+                }
+            }
+            _ => collect_strings(params, String::new(), &mut strings, false, 0),
+        }
+        let mut report = Report::default();
+        for s in &strings {
+            report.extend(self.scan_string(Carrier::Request, &s.path, &s.text));
+        }
+        report.finish()
+    }
+
+    /// Scans the arguments of a client→server `tools/call` for injected
+    /// shell, query or CLI syntax and credential paths.
+    pub fn scan_call_arguments(&self, arguments: &Value) -> Report {
+        let mut strings = Vec::new();
+        collect_strings(arguments, "arguments".into(), &mut strings, false, 0);
+        let mut report = Report::default();
+        for s in &strings {
+            report.extend(self.scan_string(Carrier::Argument, &s.path, &s.text));
+        }
+        report.finish()
+    }
+}
+
+fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() <= MAX_SCAN_BYTES {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let half = MAX_SCAN_BYTES / 2;
+    let mut a = half;
+    while !text.is_char_boundary(a) {
+        a -= 1;
+    }
+    let mut b = text.len() - half;
+    while !text.is_char_boundary(b) {
+        b += 1;
+    }
+    std::borrow::Cow::Owned(format!("{}\n{}", &text[..a], &text[b..]))
+}
+
+/// A string found in a JSON value, with its path.
+#[derive(Debug, Clone)]
+pub(crate) struct Str {
+    pub path: String,
+    pub text: String,
+    /// True when the text is an object key (a property name).
+    pub key: bool,
+}
+
+const MAX_DEPTH: usize = 64;
+const MAX_STRINGS: usize = 10_000;
+
+fn join(path: &str, seg: &str) -> String {
+    if path.is_empty() {
+        seg.to_string()
+    } else {
+        format!("{path}.{seg}")
+    }
+}
+
+fn collect_strings(v: &Value, path: String, out: &mut Vec<Str>, keys: bool, depth: usize) {
+    if depth > MAX_DEPTH || out.len() >= MAX_STRINGS {
+        return;
+    }
+    match v {
+        Value::String(s) => out.push(Str {
+            path,
+            text: s.clone(),
+            key: false,
+        }),
+        Value::Array(a) => {
+            for (i, item) in a.iter().enumerate() {
+                collect_strings(item, format!("{path}[{i}]"), out, keys, depth + 1);
+            }
+        }
+        Value::Object(m) => {
+            let is_props = path.ends_with("properties");
+            for (k, item) in m {
+                let p = join(&path, k);
+                if keys && (is_props || k.starts_with("x-") || k.starts_with('_')) {
+                    out.push(Str {
+                        path: format!("{p}(key)"),
+                        text: k.clone(),
+                        key: true,
+                    });
+                }
+                collect_strings(item, p, out, keys, depth + 1);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn collect_content_block(block: &Value, path: String, out: &mut Vec<Str>) {
+    match block {
+        Value::Array(items) => {
+            for (i, b) in items.iter().enumerate() {
+                collect_content_block(b, format!("{path}[{i}]"), out);
+            }
+        }
+        Value::Object(m) => match m.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                if let Some(t) = m.get("text").and_then(Value::as_str) {
+                    out.push(Str {
+                        path: join(&path, "text"),
+                        text: t.to_string(),
+                        key: false,
+                    });
+                }
+            }
+            Some("resource") => {
+                if let Some(t) = m
+                    .get("resource")
+                    .and_then(|r| r.get("text"))
+                    .and_then(Value::as_str)
+                {
+                    out.push(Str {
+                        path: join(&path, "resource.text"),
+                        text: t.to_string(),
+                        key: false,
+                    });
+                }
+            }
+            Some("resource_link") => {
+                for f in ["name", "title", "description"] {
+                    if let Some(t) = m.get(f).and_then(Value::as_str) {
+                        out.push(Str {
+                            path: join(&path, f),
+                            text: t.to_string(),
+                            key: false,
+                        });
+                    }
+                }
+            }
+            // image / audio / blobs carry base64 payloads: not text-scanned.
+            Some("image") | Some("audio") => {}
+            _ => {
+                if let Some(t) = m.get("text").and_then(Value::as_str) {
+                    out.push(Str {
+                        path: join(&path, "text"),
+                        text: t.to_string(),
+                        key: false,
+                    });
+                }
+            }
+        },
+        Value::String(s) => out.push(Str {
+            path,
+            text: s.clone(),
+            key: false,
+        }),
+        _ => {}
+    }
+}
+
+fn collect_call_result(result: &Value, out: &mut Vec<Str>) {
+    if let Some(content) = result.get("content") {
+        collect_content_block(content, "content".into(), out);
+    }
+    if let Some(sc) = result.get("structuredContent") {
+        collect_strings(sc, "structuredContent".into(), out, false, 0);
+    }
+    // tasks/result may nest the CallToolResult under `result`.
+    if let Some(inner) = result.get("result").filter(|r| r.is_object()) {
+        collect_call_result(inner, out);
+    }
+}

@@ -1,0 +1,1108 @@
+//! Weighing evidence: signals from `rules` plus raw-text checks (escapes,
+//! invisibles, padding, look-alikes, credential values) become findings.
+//!
+//! The core rule: a directive aimed at the model *and* a target (secret,
+//! channel out, dangerous action) close together is high; an override or a
+//! fake system turn is high on its own; a lone keyword is at most low; text
+//! carried invisibly or encoded is raised, because hiding is evidence.
+
+use std::ops::Range;
+
+use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
+
+use crate::normalize::{self, is_blank, is_invisible, LayerKind};
+use crate::rules::{Kind, MENTION_MARKERS, NEGATIONS, RULES};
+use crate::secrets;
+use crate::{Carrier, Family, Finding, Report, Scanner, ScannerError, Severity, Str};
+
+/// Bytes around a directive in which a target pairs with it.
+const WINDOW_BEFORE: usize = 250;
+const WINDOW_AFTER: usize = 400;
+const MAX_HITS_PER_RULE: usize = 64;
+const CONTEXT_CHARS: usize = 50;
+
+pub struct Engine {
+    set: RegexSet,
+    regexes: Vec<Regex>,
+    arg_rules: Vec<(&'static str, Family, Severity, Regex)>,
+}
+
+fn translate(pattern: &str) -> String {
+    // A literal space means one or more whitespace; `\b` is ASCII-only so the
+    // DFA engines apply (Unicode word boundaries force slower engines).
+    pattern.replace(' ', r"\s+").replace(r"\b", r"(?-u:\b)")
+}
+
+#[derive(Debug, Clone)]
+struct Hit {
+    rule: usize,
+    kind: Kind,
+    family: Family,
+    range: Range<usize>,
+    /// Quoted or discussed rather than issued.
+    mention: bool,
+}
+
+/// Per-string evidence used by tool-level checks.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub max_severity: Option<Severity>,
+    pub directive: u8,
+    pub target: u8,
+    pub credential_paths: usize,
+}
+
+pub fn summarize(r: &Report) -> Summary {
+    Summary {
+        max_severity: r.max_severity(),
+        ..Summary::default()
+    }
+}
+
+struct Ctx<'a> {
+    sc: &'a Scanner,
+    carrier: Carrier,
+    path: &'a str,
+    raw: &'a str,
+    out: Vec<Finding>,
+}
+
+impl Ctx<'_> {
+    fn push(
+        &mut self,
+        rule_id: impl Into<String>,
+        family: Family,
+        severity: Severity,
+        raw_range: Range<usize>,
+    ) {
+        let context = context(self.sc, self.raw, raw_range);
+        self.out.push(Finding {
+            rule_id: rule_id.into(),
+            family,
+            severity,
+            path: self.path.to_string(),
+            context,
+        });
+    }
+}
+
+impl Engine {
+    pub fn new() -> Result<Engine, ScannerError> {
+        let pats: Vec<String> = RULES.iter().map(|r| translate(r.pattern)).collect();
+        let mut regexes = Vec::with_capacity(pats.len());
+        for (rule, p) in RULES.iter().zip(&pats) {
+            let re = RegexBuilder::new(p)
+                .size_limit(1 << 24)
+                .dfa_size_limit(1 << 24)
+                .build()
+                .map_err(|e| ScannerError::BuiltinRule {
+                    id: rule.id,
+                    reason: e.to_string(),
+                })?;
+            regexes.push(re);
+        }
+        let set = RegexSetBuilder::new(&pats)
+            .size_limit(1 << 26)
+            .dfa_size_limit(1 << 26)
+            .build()
+            .map_err(|e| ScannerError::BuiltinRule {
+                id: "set",
+                reason: e.to_string(),
+            })?;
+        let arg_rules = [
+            (
+                "argument.shell_metachar",
+                Family::ArgumentInjection,
+                Severity::Critical,
+                r"(?i)([;&|`]|\$\()\s*(curl|wget|nc|ncat|bash|sh|zsh|rm|cat|python\d?|perl|ruby|node|chmod|powershell|iex|base64)\b",
+            ),
+            (
+                "argument.cli_flag",
+                Family::ArgumentInjection,
+                Severity::High,
+                r"^[\w.@/:-]+\s+--?[a-zA-Z][\w-]*(=\S*)?(\s|$)",
+            ),
+            (
+                "argument.query_control",
+                Family::ArgumentInjection,
+                Severity::High,
+                r"(?i)\|\s*(project|take|where|extend|summarize|union|limit|join|evaluate|invoke)\b|;\s*(drop|delete|insert|update|select|truncate)\b|'\s*or\s+'?1'?\s*=\s*'?1|\bunion\s+(all\s+)?select\b",
+            ),
+            (
+                "argument.credential_path",
+                Family::CredentialTheft,
+                Severity::Medium,
+                r"(?i)(^|/|~)\.ssh/|\bid_(rsa|ed25519|ecdsa|dsa)\b|\.aws/credentials|\.kube/config|\.docker/config\.json|(^|/)\.env(\.\w+)?$|/etc/shadow|\.npmrc|\.netrc|\.git-credentials|/proc/self/environ",
+            ),
+            (
+                "argument.traversal",
+                Family::PathTraversal,
+                Severity::Medium,
+                r"(\.\./){2,}|(\.\.\\){2,}|%2e%2e",
+            ),
+        ];
+        let arg_rules = arg_rules
+            .into_iter()
+            .map(|(id, f, s, p)| {
+                Regex::new(p)
+                    .map(|r| (id, f, s, r))
+                    .map_err(|e| ScannerError::BuiltinRule {
+                        id,
+                        reason: e.to_string(),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Engine {
+            set,
+            regexes,
+            arg_rules,
+        })
+    }
+
+    pub fn scan(&self, sc: &Scanner, carrier: Carrier, path: &str, raw: &str) -> Vec<Finding> {
+        let mut cx = Ctx {
+            sc,
+            carrier,
+            path,
+            raw,
+            out: Vec::new(),
+        };
+        if raw.is_empty() {
+            return cx.out;
+        }
+        if carrier == Carrier::Argument {
+            self.scan_argument(&mut cx);
+            self.custom(&mut cx);
+            return cx.out;
+        }
+        let mut mods = Modifiers::default();
+        raw_checks(&mut cx, &mut mods);
+
+        let view = normalize::normalize(raw);
+        let hits = self.hits(&view.text);
+        if hits.iter().any(|h| RULES[h.rule].id == "hidden.html") {
+            mods.hidden = true;
+        }
+        let before = cx.out.len();
+        self.evaluate(
+            &mut cx,
+            &hits,
+            &view.text,
+            &|r| view.raw_range(r),
+            &mods,
+            false,
+        );
+        let found_plain = cx.out[before..].iter().any(|f| f.severity >= Severity::Low);
+
+        // Hidden and encoded layers: anything meaningful inside is raised.
+        for layer in normalize::hidden_layers(raw) {
+            let lview = normalize::normalize(&layer.text);
+            let lhits = self.hits(&lview.text);
+            let span = layer.raw_span.clone();
+            let before = cx.out.len();
+            self.evaluate(
+                &mut cx,
+                &lhits,
+                &lview.text,
+                &|_| span.clone(),
+                &Modifiers::default(),
+                true,
+            );
+            let produced = cx.out.len() > before;
+            for f in &mut cx.out[before..] {
+                f.rule_id = format!("{}:{}", layer.kind.name(), f.rule_id);
+                if f.severity >= Severity::Low && f.severity < Severity::High {
+                    f.severity = Severity::High;
+                }
+                if layer.kind != LayerKind::BidiReversed && layer.kind != LayerKind::TagCharacters {
+                    f.family = Family::EncodedPayload;
+                }
+            }
+            if !produced
+                && cx.carrier == Carrier::Definition
+                && matches!(
+                    layer.kind,
+                    LayerKind::Base64 | LayerKind::Base32 | LayerKind::HexEscape
+                )
+                && layer.text.chars().count() >= 40
+                && layer.text.contains(' ')
+            {
+                cx.push(
+                    format!("encoded.{}_text", layer.kind.name()),
+                    Family::EncodedPayload,
+                    Severity::Low,
+                    span,
+                );
+            }
+        }
+
+        // Evasion: look-alikes or split words around real evidence.
+        if mods.evasion && found_plain {
+            for f in &mut cx.out {
+                if f.severity >= Severity::Low
+                    && f.severity < Severity::High
+                    && f.family != Family::Homoglyph
+                    && f.family != Family::InvisibleUnicode
+                    && f.family != Family::TerminalEscape
+                    && f.family != Family::WhitespacePadding
+                    && f.family != Family::SecretLeak
+                {
+                    f.severity = Severity::High;
+                    f.rule_id = format!("evasion:{}", f.rule_id);
+                }
+            }
+        }
+        self.custom(&mut cx);
+        cx.out
+    }
+
+    fn custom(&self, cx: &mut Ctx<'_>) {
+        if cx.sc.custom.is_empty() {
+            return;
+        }
+        let view = normalize::normalize(cx.raw);
+        for c in &cx.sc.custom {
+            if let Some(m) = c.regex.find(cx.raw) {
+                cx.push(format!("custom.{}", c.id), c.family, c.severity, m.range());
+            } else if let Some(m) = c.regex.find(&view.text) {
+                let r = view.raw_range(m.range());
+                cx.push(format!("custom.{}", c.id), c.family, c.severity, r);
+            }
+        }
+    }
+
+    fn scan_argument(&self, cx: &mut Ctx<'_>) {
+        let key = cx
+            .path
+            .rsplit(['.', '['])
+            .next()
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let commandish = [
+            "command",
+            "cmd",
+            "script",
+            "code",
+            "query",
+            "sql",
+            "args",
+            "argv",
+            "shell",
+            "expression",
+            "kql",
+            "filter",
+            "options",
+            "flags",
+            "text",
+            "body",
+            "content",
+            "message",
+        ]
+        .iter()
+        .any(|k| key.contains(k));
+        for (id, family, severity, re) in &self.arg_rules {
+            if let Some(m) = re.find(cx.raw) {
+                let mut sev = *severity;
+                if commandish
+                    && (*id == "argument.shell_metachar"
+                        || *id == "argument.cli_flag"
+                        || *id == "argument.query_control")
+                {
+                    if *id == "argument.cli_flag" {
+                        continue;
+                    }
+                    sev = Severity::Medium;
+                }
+                cx.push(*id, *family, sev, m.range());
+            }
+        }
+        for s in secrets::find_secrets(cx.raw) {
+            if !s.placeholder {
+                cx.push(
+                    format!("secret.{}", s.kind),
+                    Family::SecretLeak,
+                    Severity::Medium,
+                    s.range,
+                );
+            }
+        }
+    }
+
+    fn hits(&self, text: &str) -> Vec<Hit> {
+        let mut hits = Vec::new();
+        for idx in self.set.matches(text).iter() {
+            let rule = &RULES[idx];
+            for m in self.regexes[idx].find_iter(text).take(MAX_HITS_PER_RULE) {
+                let mut range = m.range();
+                // Trim a leading clause delimiter the pattern consumed.
+                while range.start < range.end
+                    && !text.as_bytes()[range.start].is_ascii_alphanumeric()
+                    && range.end - range.start > 1
+                    && matches!(
+                        text.as_bytes()[range.start],
+                        b' ' | b'\n' | b'.' | b',' | b';' | b':' | b'!' | b'?'
+                    )
+                {
+                    range.start += 1;
+                }
+                let negated = matches!(
+                    rule.kind,
+                    Kind::Imperative | Kind::Exfil | Kind::Action | Kind::Standalone(_)
+                ) && preceded_by(text, range.start, 18, NEGATIONS);
+                if negated {
+                    continue;
+                }
+                let mention = rule.kind.directive_strength() >= 2 && is_mention(text, range.start);
+                hits.push(Hit {
+                    rule: idx,
+                    kind: rule.kind,
+                    family: rule.family,
+                    range,
+                    mention,
+                });
+            }
+        }
+        hits
+    }
+
+    fn evaluate(
+        &self,
+        cx: &mut Ctx<'_>,
+        hits: &[Hit],
+        text: &str,
+        map: &dyn Fn(Range<usize>) -> Range<usize>,
+        mods: &Modifiers,
+        layer: bool,
+    ) {
+        let def = matches!(cx.carrier, Carrier::Definition | Carrier::Request);
+        let conceal = hits.iter().any(|h| h.kind == Kind::Conceal && !h.mention);
+        let targets: Vec<&Hit> = hits.iter().filter(|h| h.kind.is_target()).collect();
+        let mut best: Vec<(Severity, String, Family, Range<usize>)> = Vec::new();
+
+        for d in hits.iter().filter(|h| h.kind.directive_strength() > 0) {
+            let ds = d.kind.directive_strength();
+            let lo = d.range.start.saturating_sub(WINDOW_BEFORE);
+            let hi = d.range.end + WINDOW_AFTER;
+            let t = targets
+                .iter()
+                .filter(|t| t.range.start < hi && t.range.end > lo && !overlaps(&t.range, &d.range))
+                .max_by_key(|t| (target_rank(t.kind), usize::MAX - dist(&t.range, &d.range)));
+            let drule = RULES[d.rule].id;
+            if d.mention {
+                if ds >= 2 {
+                    best.push((
+                        Severity::Low,
+                        format!("{drule}.quoted"),
+                        d.family,
+                        d.range.clone(),
+                    ));
+                }
+                continue;
+            }
+            let (sev, fam, id, range) = match t {
+                Some(t) => {
+                    let ts = t.kind.target_strength();
+                    let trule = RULES[t.rule].id;
+                    let sev = match (ds, ts) {
+                        (3, _) => Severity::Critical,
+                        (2, 2) if conceal => Severity::Critical,
+                        (2, _) => Severity::High,
+                        (1, 2)
+                            if def
+                                || matches!(
+                                    t.kind,
+                                    Kind::Credential | Kind::Context | Kind::Traversal
+                                ) =>
+                        {
+                            Severity::High
+                        }
+                        (1, 2) => Severity::Medium,
+                        (1, 1) if def => Severity::High,
+                        (1, 1) => Severity::Medium,
+                        _ => Severity::Info,
+                    };
+                    let sev = if conceal && sev == Severity::High && ds >= 1 && ts >= 1 {
+                        Severity::Critical
+                    } else {
+                        sev
+                    };
+                    let fam = if ts >= 1 { t.family } else { d.family };
+                    (
+                        sev,
+                        fam,
+                        format!("{drule}+{trule}"),
+                        union(&d.range, &t.range),
+                    )
+                }
+                None => match d.kind {
+                    Kind::Override | Kind::FakeRole => {
+                        (Severity::High, d.family, drule.to_string(), d.range.clone())
+                    }
+                    Kind::Conceal => (
+                        Severity::Medium,
+                        d.family,
+                        drule.to_string(),
+                        d.range.clone(),
+                    ),
+                    Kind::Imperative => continue,
+                    _ => (Severity::Low, d.family, drule.to_string(), d.range.clone()),
+                },
+            };
+            best.push((sev, id, fam, range));
+        }
+
+        // Standalone rules and lone strong targets.
+        for h in hits {
+            let id = RULES[h.rule].id;
+            match h.kind {
+                Kind::Standalone(Severity::Info) => {}
+                Kind::Standalone(s) => {
+                    let s = if id == "cross_tool.shadowing" && !def {
+                        Severity::Medium
+                    } else {
+                        s
+                    };
+                    best.push((s, id.to_string(), h.family, h.range.clone()));
+                }
+                Kind::Credential | Kind::Traversal | Kind::Shell | Kind::Context => {
+                    best.push((Severity::Info, id.to_string(), h.family, h.range.clone()));
+                }
+                _ => {}
+            }
+        }
+
+        // Hidden carriers (escapes, invisibles, padding, hidden HTML) raise
+        // any directive or real target to high.
+        if (mods.hidden || layer) && !hits.is_empty() {
+            let strong = hits.iter().find(|h| {
+                !h.mention && (h.kind.target_strength() >= 1 || h.kind.directive_strength() >= 2)
+            });
+            if let Some(h) = strong {
+                best.push((
+                    Severity::High,
+                    format!("hidden_carrier+{}", RULES[h.rule].id),
+                    h.family,
+                    h.range.clone(),
+                ));
+            }
+        }
+
+        // Keep the strongest finding per rule id.
+        best.sort_by(|a, b| b.0.cmp(&a.0));
+        let mut seen: Vec<String> = Vec::new();
+        for (sev, id, fam, range) in best {
+            if seen.contains(&id) {
+                continue;
+            }
+            seen.push(id.clone());
+            let _ = text;
+            cx.push(id, fam, sev, map(range));
+        }
+    }
+
+    /// Evidence that only shows across strings of one tool.
+    pub fn tool_level(&self, sc: &Scanner, strings: &[Str], per_string: &[Summary]) -> Report {
+        let mut report = Report::default();
+        let _ = per_string;
+        let mut directive_at: Option<usize> = None;
+        let mut target_at: Option<usize> = None;
+        let mut cred_defaults: Vec<usize> = Vec::new();
+        for (i, s) in strings.iter().enumerate() {
+            let view = normalize::normalize(&s.text);
+            let hits = self.hits(&view.text);
+            let ds = hits
+                .iter()
+                .filter(|h| !h.mention)
+                .map(|h| h.kind.directive_strength())
+                .max()
+                .unwrap_or(0);
+            let ts = hits
+                .iter()
+                .filter(|h| !h.mention)
+                .map(|h| h.kind.target_strength())
+                .max()
+                .unwrap_or(0);
+            if ds >= 2 && directive_at.is_none() {
+                directive_at = Some(i);
+            }
+            if ts >= 1 && target_at.is_none_or(|t| t == directive_at.unwrap_or(usize::MAX)) {
+                target_at = Some(i);
+            }
+            let in_value = s.path.contains(".default")
+                || s.path.contains(".examples")
+                || s.path.contains(".enum")
+                || s.path.contains(".const");
+            if in_value
+                && hits
+                    .iter()
+                    .any(|h| matches!(h.kind, Kind::Credential | Kind::Traversal))
+            {
+                cred_defaults.push(i);
+            }
+            if s.key {
+                let k = s.text.as_str();
+                let sigil = k.len() > 2
+                    && k.starts_with('_')
+                    && k.ends_with('_')
+                    && k.trim_matches('_').len() > 1;
+                if sigil {
+                    let sensitive = ts >= 1
+                        || [
+                            "exfil",
+                            "secret",
+                            "token",
+                            "credential",
+                            "context",
+                            "history",
+                            "conversation",
+                            "password",
+                            "key",
+                            "prompt",
+                            "internal",
+                            "hidden",
+                            "debug",
+                        ]
+                        .iter()
+                        .any(|w| k.to_ascii_lowercase().contains(w));
+                    let sev = if sensitive {
+                        Severity::High
+                    } else {
+                        Severity::Medium
+                    };
+                    report.findings.push(Finding {
+                        rule_id: "schema.sigil_parameter".into(),
+                        family: Family::ContextHarvesting,
+                        severity: sev,
+                        path: s.path.clone(),
+                        context: context(sc, &s.text, 0..s.text.len()),
+                    });
+                }
+            }
+        }
+        if let (Some(d), Some(t)) = (directive_at, target_at) {
+            if d != t {
+                report.findings.push(Finding {
+                    rule_id: "split_across_fields".into(),
+                    family: Family::HiddenInstructions,
+                    severity: Severity::High,
+                    path: strings[t].path.clone(),
+                    context: context(sc, &strings[t].text, 0..strings[t].text.len().min(120)),
+                });
+            }
+        }
+        let distinct: std::collections::BTreeSet<&str> = cred_defaults
+            .iter()
+            .map(|&i| strings[i].text.as_str())
+            .collect();
+        let traversal_default = cred_defaults
+            .iter()
+            .any(|&i| strings[i].text.contains("../") || strings[i].text.contains("..\\"));
+        if distinct.len() >= 2 || traversal_default {
+            let i = cred_defaults[0];
+            report.findings.push(Finding {
+                rule_id: "schema.default_points_at_secrets".into(),
+                family: if traversal_default {
+                    Family::PathTraversal
+                } else {
+                    Family::CredentialTheft
+                },
+                severity: Severity::High,
+                path: strings[i].path.clone(),
+                context: context(sc, &strings[i].text, 0..strings[i].text.len()),
+            });
+        }
+        report
+    }
+}
+
+fn target_rank(k: Kind) -> u8 {
+    match k {
+        Kind::SecretNoun => 1,
+        _ => 1 + k.target_strength(),
+    }
+}
+
+fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
+    a.start < b.end && b.start < a.end
+}
+
+fn dist(a: &Range<usize>, b: &Range<usize>) -> usize {
+    if a.end <= b.start {
+        b.start - a.end
+    } else if b.end <= a.start {
+        a.start - b.end
+    } else {
+        0
+    }
+}
+
+fn union(a: &Range<usize>, b: &Range<usize>) -> Range<usize> {
+    a.start.min(b.start)..a.end.max(b.end)
+}
+
+fn floor_boundary(s: &str, mut i: usize) -> usize {
+    i = i.min(s.len());
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn ceil_boundary(s: &str, mut i: usize) -> usize {
+    i = i.min(s.len());
+    while i < s.len() && !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+fn preceded_by(text: &str, pos: usize, window: usize, words: &[&str]) -> bool {
+    let start = floor_boundary(text, pos.saturating_sub(window));
+    let end = floor_boundary(text, pos);
+    let before = &text[start..end];
+    words.iter().any(|w| before.contains(w)) || before.ends_with("never") || before.ends_with("not")
+}
+
+fn is_mention(text: &str, pos: usize) -> bool {
+    let start = floor_boundary(text, pos.saturating_sub(48));
+    let end = floor_boundary(text, pos);
+    let before = &text[start..end];
+    let trimmed = before.trim_end();
+    if trimmed.ends_with(['\'', '"', '“', '‘', '`', '«', '(']) {
+        return true;
+    }
+    MENTION_MARKERS.iter().any(|m| before.contains(m))
+}
+
+#[derive(Debug, Default)]
+struct Modifiers {
+    /// Text hidden from a human reviewer (escapes, invisibles, padding).
+    hidden: bool,
+    /// Words disguised (look-alikes, zero-width splitting, full-width).
+    evasion: bool,
+}
+
+/// Checks that need the raw characters.
+fn raw_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
+    ansi_checks(cx, mods);
+    invisible_checks(cx, mods);
+    padding_check(cx, mods);
+    homoglyph_check(cx, mods);
+    for s in secrets::find_secrets(cx.raw) {
+        if s.placeholder {
+            continue;
+        }
+        cx.push(
+            format!("secret.{}", s.kind),
+            Family::SecretLeak,
+            Severity::Medium,
+            s.range,
+        );
+    }
+}
+
+fn ansi_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
+    let raw = cx.raw;
+    let bytes = raw.as_bytes();
+    if !bytes.contains(&0x1b) && !raw.contains('\u{9b}') {
+        // A bare carriage return that rewrites a line is also an overwrite.
+        if let Some(p) = raw.find('\r') {
+            if bytes.get(p + 1).is_some_and(|&b| b != b'\n') && cx.carrier == Carrier::Definition {
+                mods.hidden = true;
+                cx.push(
+                    "ansi.carriage_return_overwrite",
+                    Family::TerminalEscape,
+                    Severity::Medium,
+                    p..p + 1,
+                );
+            }
+        }
+        return;
+    }
+    let def = cx.carrier != Carrier::Output;
+    let mut i = 0;
+    let mut reported: Vec<&'static str> = Vec::new();
+    let mut count = 0;
+    while i < bytes.len() && count < 256 {
+        if bytes[i] != 0x1b {
+            i += 1;
+            continue;
+        }
+        count += 1;
+        let n = normalize::escape_len(&bytes[i..]).max(1);
+        let seq = &raw[i..floor_boundary(raw, i + n).max(i)];
+        let (id, sev, hides): (&'static str, Severity, bool) =
+            classify_escape(seq, raw, i + n, def);
+        if !reported.contains(&id) && sev > Severity::Info {
+            reported.push(id);
+            cx.push(id, Family::TerminalEscape, sev, i..i + n);
+        }
+        if hides {
+            mods.hidden = true;
+        }
+        i += n;
+    }
+}
+
+fn classify_escape(
+    seq: &str,
+    raw: &str,
+    after: usize,
+    def: bool,
+) -> (&'static str, Severity, bool) {
+    let base = if def {
+        Severity::Medium
+    } else {
+        Severity::Info
+    };
+    if let Some(params) = seq.strip_prefix("\u{1b}[") {
+        let final_byte = params.chars().last().unwrap_or('m');
+        let body = &params[..params.len().saturating_sub(1)];
+        if final_byte == 'm' {
+            let nums: Vec<u32> = body.split(';').filter_map(|p| p.parse().ok()).collect();
+            if nums.contains(&8) {
+                return ("ansi.conceal", Severity::Medium, true);
+            }
+            let fg = nums.iter().find(|n| (30..=37).contains(*n));
+            let bg = nums.iter().find(|n| (40..=47).contains(*n));
+            if let (Some(f), Some(b)) = (fg, bg) {
+                if b - f == 10 {
+                    return ("ansi.same_colour", Severity::Medium, true);
+                }
+            }
+            return ("ansi.sgr", base, false);
+        }
+        if matches!(
+            final_byte,
+            'A' | 'B' | 'C' | 'D' | 'E' | 'F' | 'G' | 'H' | 'J' | 'K' | 'f' | 's' | 'u'
+        ) {
+            return ("ansi.cursor_rewrite", Severity::Medium, true);
+        }
+        return ("ansi.csi", base, false);
+    }
+    if let Some(body) = seq.strip_prefix("\u{1b}]") {
+        if body.starts_with("52;") {
+            return ("ansi.osc52_clipboard", Severity::High, true);
+        }
+        if let Some(rest) = body.strip_prefix("8;") {
+            let target = rest.split_once(';').map(|(_, u)| u).unwrap_or("");
+            let target = target.trim_end_matches(['\u{7}', '\u{1b}', '\\']);
+            if target.is_empty() {
+                return ("ansi.osc8_end", Severity::Info, false);
+            }
+            let after = &raw[after.min(raw.len())..];
+            let shown_end = after.find('\u{1b}').unwrap_or(after.len());
+            let shown = &after[..shown_end];
+            let host = |s: &str| {
+                let s = s
+                    .trim()
+                    .trim_start_matches("https://")
+                    .trim_start_matches("http://");
+                s.split(['/', '?', '#'])
+                    .next()
+                    .unwrap_or("")
+                    .to_ascii_lowercase()
+            };
+            let looks_like_link = shown.contains('.') && !shown.contains(' ');
+            if looks_like_link && host(shown) != host(target) {
+                return ("ansi.osc8_deceptive_link", Severity::High, true);
+            }
+            return ("ansi.osc8_link", Severity::Medium, false);
+        }
+        return ("ansi.osc", Severity::Medium, false);
+    }
+    if seq.starts_with("\u{1b}P")
+        || seq.starts_with("\u{1b}_")
+        || seq.starts_with("\u{1b}^")
+        || seq.starts_with("\u{1b}X")
+    {
+        return (
+            "ansi.device_control",
+            if def {
+                Severity::High
+            } else {
+                Severity::Medium
+            },
+            true,
+        );
+    }
+    ("ansi.escape", base, false)
+}
+
+fn invisible_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
+    let raw = cx.raw;
+    if raw.is_ascii() {
+        return;
+    }
+    let def = cx.carrier != Carrier::Output;
+    let chars: Vec<(usize, char)> = raw.char_indices().take(1 << 20).collect();
+    let mut split = 0usize;
+    let mut split_at = None;
+    let mut bidi = None;
+    let mut tags = 0usize;
+    let mut tag_at = None;
+    let mut other = None;
+    let mut in_flag = false;
+    for (k, &(i, c)) in chars.iter().enumerate() {
+        if !is_invisible(c) {
+            if c != '\u{1F3F4}' {
+                in_flag = false;
+            } else {
+                in_flag = true;
+            }
+            continue;
+        }
+        let prev = chars[..k]
+            .iter()
+            .rev()
+            .find(|(_, p)| !is_invisible(*p))
+            .map(|x| x.1);
+        let next = chars[k + 1..]
+            .iter()
+            .find(|(_, n)| !is_invisible(*n))
+            .map(|x| x.1);
+        let latin = |o: Option<char>| {
+            o.is_some_and(|c| {
+                c.is_ascii_alphanumeric() || matches!(c, '<' | '>' | '/' | ':' | '.' | '~' | '_')
+            })
+        };
+        match c {
+            '\u{E0000}'..='\u{E007F}' => {
+                if !in_flag {
+                    tags += 1;
+                    tag_at.get_or_insert(i);
+                }
+            }
+            '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' => {
+                bidi.get_or_insert(i);
+            }
+            '\u{200E}' | '\u{200F}' | '\u{061C}' => {}
+            '\u{200D}' | '\u{200C}' if !(latin(prev) || latin(next)) => {}
+            '\u{FE00}'..='\u{FE0F}' if !latin(prev) => {}
+            '\u{FEFF}' if i == 0 => {}
+            _ => {
+                if latin(prev) && latin(next) {
+                    split += 1;
+                    split_at.get_or_insert(i);
+                } else {
+                    other.get_or_insert(i);
+                }
+            }
+        }
+    }
+    let at = |i: usize| i..ceil_boundary(raw, i + 1);
+    if tags >= 4 {
+        mods.hidden = true;
+        cx.push(
+            "invisible.tag_characters",
+            Family::InvisibleUnicode,
+            if def {
+                Severity::High
+            } else {
+                Severity::Medium
+            },
+            at(tag_at.unwrap_or(0)),
+        );
+    } else if tags > 0 {
+        cx.push(
+            "invisible.stray_tag",
+            Family::InvisibleUnicode,
+            Severity::Low,
+            at(tag_at.unwrap_or(0)),
+        );
+    }
+    if let Some(b) = bidi {
+        mods.hidden = true;
+        cx.push(
+            "invisible.bidi_control",
+            Family::InvisibleUnicode,
+            Severity::Medium,
+            at(b),
+        );
+    }
+    if split > 0 {
+        let sev = if split >= 3 || def {
+            Severity::Medium
+        } else {
+            Severity::Low
+        };
+        cx.push(
+            "invisible.zero_width_in_word",
+            Family::InvisibleUnicode,
+            sev,
+            at(split_at.unwrap_or(0)),
+        );
+        if split >= 3 {
+            mods.hidden = true;
+            mods.evasion = true;
+        } else {
+            mods.evasion = true;
+        }
+    }
+    if let Some(o) = other {
+        if def {
+            cx.push(
+                "invisible.format_character",
+                Family::InvisibleUnicode,
+                Severity::Low,
+                at(o),
+            );
+        }
+    }
+    // Variation-selector runs (byte smuggling).
+    let mut run = 0;
+    for &(i, c) in &chars {
+        if matches!(c, '\u{FE00}'..='\u{FE0F}' | '\u{E0100}'..='\u{E01EF}') {
+            run += 1;
+            if run == 4 {
+                mods.hidden = true;
+                cx.push(
+                    "invisible.variation_selector_run",
+                    Family::InvisibleUnicode,
+                    Severity::Medium,
+                    at(i),
+                );
+            }
+        } else {
+            run = 0;
+        }
+    }
+}
+
+fn padding_check(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
+    let raw = cx.raw;
+    let mut run_start = None;
+    let mut blanks = 0usize;
+    let mut newlines = 0usize;
+    let mut exotic = 0usize;
+    for (i, c) in raw.char_indices() {
+        if is_blank(c) {
+            if run_start.is_none() {
+                run_start = Some(i);
+                blanks = 0;
+                newlines = 0;
+                exotic = 0;
+            }
+            blanks += 1;
+            if c == '\n' {
+                newlines += 1;
+            }
+            if !c.is_ascii() {
+                exotic += 1;
+            }
+        } else if let Some(s) = run_start.take() {
+            if blanks >= 80 || newlines >= 20 || exotic >= 12 {
+                mods.hidden = true;
+                let sev = if cx.carrier == Carrier::Output {
+                    Severity::Low
+                } else {
+                    Severity::Medium
+                };
+                cx.push(
+                    "padding.whitespace_run",
+                    Family::WhitespacePadding,
+                    sev,
+                    s..ceil_boundary(raw, i + 1),
+                );
+                return;
+            }
+        }
+    }
+}
+
+fn homoglyph_check(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
+    let raw = cx.raw;
+    if raw.is_ascii() {
+        return;
+    }
+    let mut mixed = None;
+    let mut styled = 0usize;
+    let mut styled_at = None;
+    let mut word_start = 0;
+    let mut has_ascii = false;
+    let mut has_other = false;
+    for (i, c) in raw.char_indices().chain(std::iter::once((raw.len(), ' '))) {
+        if c.is_alphabetic() {
+            if !has_ascii && !has_other {
+                word_start = i;
+            }
+            if c.is_ascii_alphabetic() {
+                has_ascii = true;
+            } else if matches!(c as u32, 0x0370..=0x03FF | 0x0400..=0x04FF | 0x0500..=0x052F) {
+                has_other = true;
+            }
+            if matches!(c as u32, 0xFF21..=0xFF5A | 0x1D400..=0x1D7FF) {
+                styled += 1;
+                styled_at.get_or_insert(i);
+            }
+        } else if !is_invisible(c) {
+            if has_ascii && has_other && mixed.is_none() {
+                mixed = Some(word_start..i);
+            }
+            has_ascii = false;
+            has_other = false;
+        }
+    }
+    if let Some(r) = mixed {
+        mods.evasion = true;
+        cx.push(
+            "homoglyph.mixed_script_word",
+            Family::Homoglyph,
+            Severity::Low,
+            r,
+        );
+    }
+    if styled >= 4 {
+        mods.evasion = true;
+        let at = styled_at.unwrap_or(0);
+        cx.push(
+            "homoglyph.styled_letters",
+            Family::Homoglyph,
+            Severity::Low,
+            at..ceil_boundary(raw, at + 1),
+        );
+    }
+}
+
+/// Evidence text: ~50 chars either side, invisibles visible, secrets redacted.
+fn context(sc: &Scanner, raw: &str, range: Range<usize>) -> String {
+    let start = floor_boundary(raw, range.start);
+    let end = ceil_boundary(raw, range.end.max(start));
+    let before: Vec<char> = raw[..start].chars().rev().take(CONTEXT_CHARS).collect();
+    let after: String = raw[end..].chars().take(CONTEXT_CHARS).collect();
+    let matched: String = {
+        let m = &raw[start..end];
+        if m.chars().count() > 300 {
+            let head: String = m.chars().take(150).collect();
+            let tail: Vec<char> = m.chars().rev().take(150).collect();
+            format!("{head}…{}", tail.into_iter().rev().collect::<String>())
+        } else {
+            m.to_string()
+        }
+    };
+    let snippet = format!(
+        "{}{}{}",
+        before.into_iter().rev().collect::<String>(),
+        matched,
+        after
+    );
+    let redacted = secrets::redact(&sc.key, &snippet);
+    make_visible(&redacted)
+}
+
+fn make_visible(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\u{1b}' => out.push_str("<ESC>"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if is_invisible(c) || (c.is_control()) => {
+                out.push_str(&format!("<U+{:04X}>", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}

@@ -1,0 +1,845 @@
+//! The normalized view of a string and the hidden layers under it.
+//!
+//! [`normalize`] folds what an attacker uses to dodge plain matching —
+//! compatibility forms (NFKC: full-width, mathematical letters), case, Latin
+//! diacritics, Cyrillic/Greek look-alikes inside Latin words, invisible
+//! characters and terminal escapes — into lowercase text with single spaces,
+//! keeping a byte map back to the raw string for evidence.
+//!
+//! [`hidden_layers`] extracts what the raw text carries but does not show:
+//! Unicode TAG payloads, right-to-left overridden runs, and one layer of
+//! base64 / base32 / percent / hex / ROT13 encoding (base64 twice).
+//!
+//! Everything here is linear in the input length.
+
+use std::ops::Range;
+
+use base64::Engine as _;
+use unicode_normalization::UnicodeNormalization as _;
+
+/// Lowercased, folded text plus a map from its bytes back to the raw string.
+#[derive(Debug, Clone)]
+pub struct View {
+    pub text: String,
+    /// `map[i]` = raw byte offset of normalized byte `i`; `None` = identity.
+    map: Option<Vec<u32>>,
+    raw_len: usize,
+}
+
+impl View {
+    /// Raw byte offset corresponding to normalized byte offset `i`.
+    pub fn raw_offset(&self, i: usize) -> usize {
+        match &self.map {
+            None => i.min(self.raw_len),
+            Some(m) => m.get(i).map(|&o| o as usize).unwrap_or(self.raw_len),
+        }
+    }
+
+    /// Raw byte range for a normalized range.
+    pub fn raw_range(&self, r: Range<usize>) -> Range<usize> {
+        let start = self.raw_offset(r.start);
+        let end = if r.end == 0 {
+            start
+        } else {
+            // end is exclusive: map the last byte, then step to its char end.
+            self.raw_offset(r.end - 1) + 1
+        };
+        start..end.max(start)
+    }
+}
+
+/// True for characters that render as nothing (or only steer rendering).
+pub fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+        | '\u{180B}'..='\u{180F}'
+        | '\u{200B}'..='\u{200F}'
+        | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{206F}'
+        | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}'
+        | '\u{E0000}'..='\u{E007F}'
+        | '\u{E0100}'..='\u{E01EF}'
+        | '\u{1D173}'..='\u{1D17A}')
+}
+
+/// Blank characters used to pad text out of view (beyond ASCII whitespace).
+pub fn is_blank(c: char) -> bool {
+    c.is_whitespace()
+        || matches!(
+            c,
+            '\u{2800}' | '\u{3164}' | '\u{115F}' | '\u{1160}' | '\u{FFA0}'
+        )
+}
+
+fn confusable(c: char) -> Option<char> {
+    Some(match c {
+        // Cyrillic (lowercase; input is lowercased first)
+        'а' => 'a',
+        'в' => 'b',
+        'е' | 'ё' => 'e',
+        'к' => 'k',
+        'м' => 'm',
+        'н' => 'h',
+        'о' => 'o',
+        'р' => 'p',
+        'с' => 'c',
+        'т' => 't',
+        'у' => 'y',
+        'х' => 'x',
+        'ѕ' => 's',
+        'і' | 'ї' => 'i',
+        'ј' => 'j',
+        'һ' => 'h',
+        'ԁ' => 'd',
+        'ԛ' => 'q',
+        'ԝ' => 'w',
+        'ɡ' => 'g',
+        'ı' => 'i',
+        'ɑ' => 'a',
+        // Greek
+        'α' => 'a',
+        'β' => 'b',
+        'γ' => 'y',
+        'ε' => 'e',
+        'η' => 'n',
+        'ι' => 'i',
+        'κ' => 'k',
+        'μ' => 'u',
+        'ν' => 'v',
+        'ο' => 'o',
+        'ρ' => 'p',
+        'ς' => 's',
+        'τ' => 't',
+        'υ' => 'u',
+        'χ' => 'x',
+        'ω' => 'w',
+        'ϲ' => 'c',
+        _ => return None,
+    })
+}
+
+fn is_latin_extended(c: char) -> bool {
+    matches!(c, '\u{00C0}'..='\u{024F}' | '\u{1E00}'..='\u{1EFF}')
+}
+
+/// Length of an ANSI/ECMA-48 escape sequence starting at `bytes[0] == 0x1B`.
+pub fn escape_len(bytes: &[u8]) -> usize {
+    debug_assert!(bytes.first() == Some(&0x1b));
+    match bytes.get(1) {
+        None => 1,
+        Some(b'[') => {
+            // CSI: parameters/intermediates then one final byte 0x40..=0x7E.
+            let mut i = 2;
+            while i < bytes.len() && i < 64 {
+                if (0x40..=0x7e).contains(&bytes[i]) {
+                    return i + 1;
+                }
+                if !(0x20..=0x3f).contains(&bytes[i]) {
+                    return i;
+                }
+                i += 1;
+            }
+            i.min(bytes.len())
+        }
+        Some(b']') | Some(b'P') | Some(b'X') | Some(b'^') | Some(b'_') => {
+            // OSC/DCS/SOS/PM/APC: until BEL or ST (ESC \), bounded.
+            let mut i = 2;
+            while i < bytes.len() && i < 4096 {
+                if bytes[i] == 0x07 {
+                    return i + 1;
+                }
+                if bytes[i] == 0x1b {
+                    return if bytes.get(i + 1) == Some(&b'\\') {
+                        i + 2
+                    } else {
+                        i
+                    };
+                }
+                i += 1;
+            }
+            i.min(bytes.len())
+        }
+        Some(_) => 2,
+    }
+}
+
+struct Builder {
+    out: String,
+    map: Vec<u32>,
+    word_start: usize,
+    word_has_ascii: bool,
+    word_has_confusable: bool,
+    last_space: bool,
+}
+
+impl Builder {
+    fn push(&mut self, c: char, raw: usize) {
+        let before = self.out.len();
+        self.out.push(c);
+        for _ in before..self.out.len() {
+            self.map.push(raw as u32);
+        }
+        self.last_space = false;
+    }
+
+    fn letter(&mut self, c: char, raw: usize) {
+        if c.is_ascii_alphabetic() {
+            self.word_has_ascii = true;
+        } else if confusable(c).is_some() {
+            self.word_has_confusable = true;
+        }
+        self.push(c, raw);
+    }
+
+    fn end_word(&mut self) {
+        if self.word_has_ascii && self.word_has_confusable {
+            let word: String = self.out[self.word_start..].to_string();
+            let mut folded = String::with_capacity(word.len());
+            let mut new_map = Vec::with_capacity(word.len());
+            for (i, c) in word.char_indices() {
+                let raw = self.map[self.word_start + i];
+                let f = confusable(c).unwrap_or(c);
+                let b = folded.len();
+                folded.push(f);
+                for _ in b..folded.len() {
+                    new_map.push(raw);
+                }
+            }
+            self.out.truncate(self.word_start);
+            self.map.truncate(self.word_start);
+            self.out.push_str(&folded);
+            self.map.extend(new_map);
+        }
+        self.word_start = self.out.len();
+        self.word_has_ascii = false;
+        self.word_has_confusable = false;
+    }
+
+    fn space(&mut self, raw: usize) {
+        self.end_word();
+        if !self.last_space {
+            self.push(' ', raw);
+            self.last_space = true;
+            self.word_start = self.out.len();
+        }
+    }
+}
+
+/// Builds the normalized view of `raw`.
+pub fn normalize(raw: &str) -> View {
+    let bytes = raw.as_bytes();
+    // Fast path: printable ASCII without escapes or runs of blanks keeps offsets.
+    let simple = bytes
+        .iter()
+        .all(|&b| (0x20..0x7f).contains(&b) || matches!(b, b'\n' | b'\r' | b'\t'));
+    if simple {
+        let text: String = bytes
+            .iter()
+            .map(|&b| {
+                if b.is_ascii_whitespace() {
+                    ' '
+                } else {
+                    b.to_ascii_lowercase() as char
+                }
+            })
+            .collect();
+        return View {
+            text,
+            map: None,
+            raw_len: raw.len(),
+        };
+    }
+    let mut b = Builder {
+        out: String::with_capacity(raw.len()),
+        map: Vec::with_capacity(raw.len()),
+        word_start: 0,
+        word_has_ascii: false,
+        word_has_confusable: false,
+        last_space: false,
+    };
+    let mut i = 0;
+    while i < raw.len() {
+        let c = match raw[i..].chars().next() {
+            Some(c) => c,
+            None => break,
+        };
+        let clen = c.len_utf8();
+        if c == '\u{1b}' {
+            let n = escape_len(&bytes[i..]).max(1);
+            i += n;
+            continue;
+        }
+        if is_invisible(c) {
+            i += clen;
+            continue;
+        }
+        if is_blank(c) || c.is_control() {
+            b.space(i);
+            i += clen;
+            continue;
+        }
+        if c.is_ascii() {
+            if c.is_ascii_alphanumeric() {
+                b.letter(c.to_ascii_lowercase(), i);
+            } else {
+                b.end_word();
+                b.push(c, i);
+                b.word_start = b.out.len();
+            }
+            i += clen;
+            continue;
+        }
+        if ('\u{0300}'..='\u{036F}').contains(&c) {
+            i += clen;
+            continue;
+        }
+        let mut any = false;
+        for n in std::iter::once(c).nfkc() {
+            for l in n.to_lowercase() {
+                let l = if is_latin_extended(l) {
+                    let mut base = l;
+                    unicode_normalization::char::decompose_canonical(l, |d| {
+                        if d.is_ascii() && base == l {
+                            base = d;
+                        }
+                    });
+                    base
+                } else {
+                    l
+                };
+                if ('\u{0300}'..='\u{036F}').contains(&l) {
+                    continue;
+                }
+                any = true;
+                if is_blank(l) {
+                    b.space(i);
+                } else if l.is_alphanumeric() {
+                    b.letter(l, i);
+                } else {
+                    b.end_word();
+                    b.push(l, i);
+                    b.word_start = b.out.len();
+                }
+            }
+        }
+        if !any {
+            b.end_word();
+        }
+        i += clen;
+    }
+    b.end_word();
+    View {
+        text: b.out,
+        map: Some(b.map),
+        raw_len: raw.len(),
+    }
+}
+
+/// How a hidden layer was carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerKind {
+    TagCharacters,
+    VariationSelectors,
+    BidiReversed,
+    Base64,
+    Base32,
+    Percent,
+    HexEscape,
+    Rot13,
+}
+
+impl LayerKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerKind::TagCharacters => "tag_characters",
+            LayerKind::VariationSelectors => "variation_selectors",
+            LayerKind::BidiReversed => "bidi_reversed",
+            LayerKind::Base64 => "base64",
+            LayerKind::Base32 => "base32",
+            LayerKind::Percent => "percent",
+            LayerKind::HexEscape => "hex",
+            LayerKind::Rot13 => "rot13",
+        }
+    }
+}
+
+/// Text recovered from a hidden or encoded carrier inside the raw string.
+#[derive(Debug, Clone)]
+pub struct Layer {
+    pub kind: LayerKind,
+    pub text: String,
+    /// Where the carrier sits in the raw string.
+    pub raw_span: Range<usize>,
+}
+
+const MAX_LAYERS: usize = 32;
+
+/// Extracts hidden and encoded layers of `raw` (bounded count, linear time).
+pub fn hidden_layers(raw: &str) -> Vec<Layer> {
+    let mut layers = Vec::new();
+    tag_layer(raw, &mut layers);
+    variation_selector_layer(raw, &mut layers);
+    bidi_layer(raw, &mut layers);
+    encoded_layers(raw, &mut layers, 0);
+    if contains_ci(raw, "rot13") || contains_ci(raw, "rot-13") || contains_ci(raw, "rot 13") {
+        layers.push(Layer {
+            kind: LayerKind::Rot13,
+            text: rot13(raw),
+            raw_span: 0..raw.len(),
+        });
+    }
+    layers.truncate(MAX_LAYERS);
+    layers
+}
+
+fn contains_ci(hay: &str, needle: &str) -> bool {
+    hay.as_bytes()
+        .windows(needle.len())
+        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+}
+
+fn rot13(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            'a'..='z' => (((c as u8 - b'a') + 13) % 26 + b'a') as char,
+            'A'..='Z' => (((c as u8 - b'A') + 13) % 26 + b'A') as char,
+            _ => c,
+        })
+        .collect()
+}
+
+/// TAG characters (U+E0000..U+E007F) spell ASCII invisibly. Emoji flag tag
+/// sequences (black flag + tag letters + cancel tag) are legitimate and skipped.
+fn tag_layer(raw: &str, out: &mut Vec<Layer>) {
+    let mut text = String::new();
+    let mut span: Option<Range<usize>> = None;
+    let mut prev: Option<char> = None;
+    let mut in_flag = false;
+    for (i, c) in raw.char_indices() {
+        if ('\u{E0000}'..='\u{E007F}').contains(&c) {
+            if !in_flag && matches!(prev, Some('\u{1F3F4}')) {
+                in_flag = true;
+            }
+            if in_flag {
+                if c == '\u{E007F}' {
+                    in_flag = false;
+                }
+            } else {
+                let v = c as u32 - 0xE0000;
+                if (0x20..0x7f).contains(&v) {
+                    text.push(v as u8 as char);
+                }
+                let s = span.get_or_insert(i..i);
+                s.end = i + c.len_utf8();
+            }
+        } else {
+            in_flag = false;
+        }
+        prev = Some(c);
+    }
+    if let Some(raw_span) = span {
+        out.push(Layer {
+            kind: LayerKind::TagCharacters,
+            text,
+            raw_span,
+        });
+    }
+}
+
+/// Runs of variation selectors can carry bytes ("emoji smuggling").
+fn variation_selector_layer(raw: &str, out: &mut Vec<Layer>) {
+    let mut run = 0usize;
+    let mut start = 0usize;
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut best: Option<(Range<usize>, Vec<u8>)> = None;
+    for (i, c) in raw.char_indices() {
+        let v = match c {
+            '\u{FE00}'..='\u{FE0F}' => Some(c as u32 - 0xFE00),
+            '\u{E0100}'..='\u{E01EF}' => Some(c as u32 - 0xE0100 + 16),
+            _ => None,
+        };
+        if let Some(v) = v {
+            if run == 0 {
+                start = i;
+                bytes.clear();
+            }
+            run += 1;
+            bytes.push(v as u8);
+            if run >= 4 {
+                best = Some((start..i + c.len_utf8(), bytes.clone()));
+            }
+        } else {
+            run = 0;
+        }
+    }
+    if let Some((raw_span, bytes)) = best {
+        // Nibble pairs are a common packing; keep whatever is printable.
+        let text: String = bytes
+            .chunks(2)
+            .filter(|p| p.len() == 2)
+            .map(|p| ((p[0] & 0x0f) << 4 | (p[1] & 0x0f)) as char)
+            .filter(|c| c.is_ascii_graphic() || *c == ' ')
+            .collect();
+        out.push(Layer {
+            kind: LayerKind::VariationSelectors,
+            text,
+            raw_span,
+        });
+    }
+}
+
+/// Text after a right-to-left override is displayed reversed; recover the
+/// reading order a person would see.
+fn bidi_layer(raw: &str, out: &mut Vec<Layer>) {
+    let mut search = 0;
+    while let Some(pos) = raw[search..].find('\u{202E}') {
+        let start = search + pos;
+        let body_start = start + '\u{202E}'.len_utf8();
+        let end = raw[body_start..]
+            .find(['\u{202C}', '\u{2069}', '\n'])
+            .map(|e| body_start + e)
+            .unwrap_or(raw.len());
+        let text: String = raw[body_start..end].chars().rev().collect();
+        out.push(Layer {
+            kind: LayerKind::BidiReversed,
+            text,
+            raw_span: start..end,
+        });
+        search = end.max(body_start);
+        if out.len() >= MAX_LAYERS || search >= raw.len() {
+            break;
+        }
+    }
+}
+
+fn printable_ratio(s: &str) -> f32 {
+    if s.is_empty() {
+        return 0.0;
+    }
+    let total = s.chars().count();
+    let good = s
+        .chars()
+        .filter(|c| !c.is_control() || *c == '\n' || *c == '\t')
+        .count();
+    good as f32 / total as f32
+}
+
+fn looks_like_text(bytes: &[u8]) -> Option<String> {
+    let s = std::str::from_utf8(bytes).ok()?;
+    if s.chars().count() < 8 || printable_ratio(s) < 0.95 {
+        return None;
+    }
+    // Natural-language-ish: has spaces or path/URL punctuation and letters.
+    let letters = s.chars().filter(|c| c.is_alphabetic()).count();
+    if letters * 2 < s.chars().count() {
+        return None;
+    }
+    Some(s.to_string())
+}
+
+fn is_b64(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_')
+}
+
+fn encoded_layers(raw: &str, out: &mut Vec<Layer>, depth: usize) {
+    let bytes = raw.as_bytes();
+    // base64 runs (also catches base32 alphabets, tried second)
+    let mut i = 0;
+    while i < bytes.len() && out.len() < MAX_LAYERS {
+        if !is_b64(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && is_b64(bytes[i]) {
+            i += 1;
+        }
+        let mut end = i;
+        while end < bytes.len() && bytes[end] == b'=' && end - i < 2 {
+            end += 1;
+        }
+        let run = &raw[start..i];
+        if run.len() >= 20 {
+            let padded_run = &raw[start..end];
+            if let Some(text) = decode_b64(run) {
+                let nested = depth == 0 && text.len() >= 20;
+                out.push(Layer {
+                    kind: LayerKind::Base64,
+                    text: text.clone(),
+                    raw_span: start..end,
+                });
+                if nested {
+                    let mut inner = Vec::new();
+                    encoded_layers(&text, &mut inner, depth + 1);
+                    for mut l in inner {
+                        l.raw_span = start..end;
+                        out.push(l);
+                    }
+                }
+            } else if let Some(text) = decode_b32(padded_run) {
+                out.push(Layer {
+                    kind: LayerKind::Base32,
+                    text,
+                    raw_span: start..end,
+                });
+            }
+        }
+        i = end.max(i);
+    }
+    // percent-encoding runs: at least three escapes in one token
+    percent_layers(raw, out);
+    hex_layers(raw, out);
+}
+
+fn decode_b64(run: &str) -> Option<String> {
+    let engines = [
+        &base64::engine::general_purpose::STANDARD_NO_PAD,
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+    ];
+    let trimmed = run.trim_end_matches('=');
+    for e in engines {
+        // Lengths ≡ 1 (mod 4) cannot decode; drop the stray char.
+        let cut = if trimmed.len() % 4 == 1 {
+            &trimmed[..trimmed.len() - 1]
+        } else {
+            trimmed
+        };
+        if let Ok(bytes) = e.decode(cut) {
+            if let Some(t) = looks_like_text(&bytes) {
+                return Some(t);
+            }
+        }
+    }
+    None
+}
+
+fn decode_b32(run: &str) -> Option<String> {
+    let body = run.trim_end_matches('=');
+    if body.len() < 24
+        || !body
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || (b'2'..=b'7').contains(&b))
+    {
+        return None;
+    }
+    let mut bits: u64 = 0;
+    let mut nbits = 0;
+    let mut out = Vec::with_capacity(body.len() * 5 / 8);
+    for b in body.bytes() {
+        let v = if b.is_ascii_uppercase() {
+            b - b'A'
+        } else {
+            b - b'2' + 26
+        } as u64;
+        bits = (bits << 5) | v;
+        nbits += 5;
+        if nbits >= 8 {
+            nbits -= 8;
+            out.push((bits >> nbits) as u8);
+            bits &= (1 << nbits) - 1;
+        }
+    }
+    looks_like_text(&out)
+}
+
+fn hexval(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn percent_layers(raw: &str, out: &mut Vec<Layer>) {
+    let bytes = raw.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() && out.len() < MAX_LAYERS {
+        if bytes[i] != b'%' {
+            i += 1;
+            continue;
+        }
+        // token boundaries: expand over non-space
+        let mut start = i;
+        while start > 0 && !bytes[start - 1].is_ascii_whitespace() {
+            start -= 1;
+        }
+        let mut end = i;
+        while end < bytes.len() && !bytes[end].is_ascii_whitespace() {
+            end += 1;
+        }
+        let token = &bytes[start..end];
+        let mut decoded = Vec::with_capacity(token.len());
+        let mut escapes = 0;
+        let mut j = 0;
+        while j < token.len() {
+            if token[j] == b'%' {
+                if let (Some(h), Some(l)) = (
+                    token.get(j + 1).and_then(|&b| hexval(b)),
+                    token.get(j + 2).and_then(|&b| hexval(b)),
+                ) {
+                    decoded.push(h << 4 | l);
+                    escapes += 1;
+                    j += 3;
+                    continue;
+                }
+            }
+            decoded.push(token[j]);
+            j += 1;
+        }
+        if escapes >= 3 {
+            if let Ok(s) = String::from_utf8(decoded) {
+                out.push(Layer {
+                    kind: LayerKind::Percent,
+                    text: s,
+                    raw_span: start..end,
+                });
+            }
+        }
+        i = end.max(i + 1);
+    }
+}
+
+fn hex_layers(raw: &str, out: &mut Vec<Layer>) {
+    let bytes = raw.as_bytes();
+    let mut i = 0;
+    while i + 3 < bytes.len() && out.len() < MAX_LAYERS {
+        if !(bytes[i] == b'\\' && (bytes[i + 1] == b'x' || bytes[i + 1] == b'X')) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut decoded = Vec::new();
+        while bytes.get(i) == Some(&b'\\') && matches!(bytes.get(i + 1), Some(b'x') | Some(b'X')) {
+            match (
+                bytes.get(i + 2).and_then(|&b| hexval(b)),
+                bytes.get(i + 3).and_then(|&b| hexval(b)),
+            ) {
+                (Some(h), Some(l)) => {
+                    decoded.push(h << 4 | l);
+                    i += 4;
+                }
+                _ => break,
+            }
+        }
+        if decoded.len() >= 4 {
+            if let Some(text) = looks_like_text(&decoded) {
+                out.push(Layer {
+                    kind: LayerKind::HexEscape,
+                    text,
+                    raw_span: start..i,
+                });
+            }
+        }
+        i = i.max(start + 1);
+    }
+    // Bare hex strings of printable text (not digests: those decode to binary).
+    let mut i = 0;
+    while i < bytes.len() && out.len() < MAX_LAYERS {
+        if !bytes[i].is_ascii_hexdigit() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && bytes[i].is_ascii_hexdigit() {
+            i += 1;
+        }
+        let run = &bytes[start..i];
+        if run.len() >= 24 && run.len() % 2 == 0 {
+            let decoded: Vec<u8> = run
+                .chunks(2)
+                .filter_map(|p| Some(hexval(p[0])? << 4 | hexval(p[1])?))
+                .collect();
+            if let Some(text) = looks_like_text(&decoded) {
+                out.push(Layer {
+                    kind: LayerKind::HexEscape,
+                    text,
+                    raw_span: start..i,
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(input: &str, expect: &str) {
+        let v = normalize(input);
+        assert_eq!(v.text, expect, "normalized view of {input:?}");
+    }
+
+    #[test]
+    fn folds_evasions() {
+        check("Ignore Previous", "ignore previous");
+        check("I\u{200B}g\u{200B}n\u{200B}o\u{200B}r\u{200B}e", "ignore");
+        check("ｉｇｎｏｒｅ ｐｒｅｖｉｏｕｓ", "ignore previous");
+        check("ign\u{043E}r\u{0435} prev", "ignore prev");
+        check("D\u{03B9}sreg\u{03B1}rd", "disregard");
+        check("\u{1D408}\u{1D40C}\u{1D40F}", "imp");
+        check("Ignore\nall\n\n  previous", "ignore all previous");
+        check("a\u{1b}[8mhidden\u{1b}[28m b", "ahidden b");
+        check("caf\u{00E9} r\u{00E9}sum\u{00E9}", "cafe resume");
+        check("Привет мир", "привет мир");
+        check("inter\u{00AD}nation", "internation");
+    }
+
+    #[test]
+    fn raw_offsets_map_back() {
+        let raw = "xx \u{200B}IGNORE\u{200B} yy";
+        let v = normalize(raw);
+        let pos = v.text.find("ignore").expect("folded word present");
+        let r = v.raw_range(pos..pos + 6);
+        assert_eq!(&raw[r], "IGNORE", "map must point at the raw word");
+    }
+
+    fn layer(input: &str, kind: LayerKind) -> Option<String> {
+        hidden_layers(input)
+            .into_iter()
+            .find(|l| l.kind == kind)
+            .map(|l| l.text)
+    }
+
+    #[test]
+    fn decodes_layers() {
+        let tags: String = "hi there"
+            .chars()
+            .map(|c| char::from_u32(0xE0000 + c as u32).unwrap())
+            .collect();
+        assert_eq!(
+            layer(&format!("ok{tags}"), LayerKind::TagCharacters).as_deref(),
+            Some("hi there")
+        );
+        let flag = "\u{1F3F4}\u{E0067}\u{E0062}\u{E0073}\u{E0063}\u{E0074}\u{E007F}";
+        assert!(
+            layer(flag, LayerKind::TagCharacters).is_none(),
+            "flag emoji is not a payload"
+        );
+        assert_eq!(
+            layer(
+                "x SWdub3JlIHByZXZpb3VzIGluc3RydWN0aW9ucw== y",
+                LayerKind::Base64
+            )
+            .as_deref(),
+            Some("Ignore previous instructions")
+        );
+        assert_eq!(
+            layer("%69%67%6E%6F%72%65", LayerKind::Percent).as_deref(),
+            Some("ignore")
+        );
+        assert_eq!(
+            layer(r"\x69\x67\x6e\x6f\x72\x65", LayerKind::HexEscape).as_deref(),
+            Some("ignore")
+        );
+        assert_eq!(
+            layer("a \u{202E}olleh\u{202C} b", LayerKind::BidiReversed).as_deref(),
+            Some("hello")
+        );
+        assert!(layer(
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            LayerKind::HexEscape
+        )
+        .is_none());
+    }
+}
