@@ -1,0 +1,1294 @@
+//! The per-server relay state machine: every frame from the client or the
+//! server goes through [`Relay`], which returns what to forward, answer,
+//! record and persist (DESIGN §3, §4).
+
+use std::collections::{HashMap, HashSet};
+
+use gatehouse_protocol::message::{error_line, request_line, response_line};
+use gatehouse_protocol::{tool_hash, Frame, FrameBody, Message, MessageKind, RequestId};
+use serde_json::{json, Value};
+
+use crate::inspect::{findings_json, max_severity, Finding, Inspector};
+use crate::pins::{judge, PinEntry, PinState, PinTable, ToolJudgement};
+use crate::settings::{ResultAction, Settings, ToolRule};
+use crate::verdict::{Action, EngineEvent, Output, PinUpdate, Severity};
+
+/// Who the relay speaks for.
+#[derive(Clone, Debug)]
+pub struct ServerInfo {
+    pub server_id: String,
+}
+
+/// What the relay remembers about a client request in flight.
+#[derive(Clone, Debug)]
+enum Pending {
+    Initialize,
+    ToolsList { first_page: bool },
+    ToolsCall { tool: String },
+    Inspected(String),
+    Other,
+}
+
+/// Our own requests to the server (never forwarded).
+#[derive(Clone, Debug)]
+enum Internal {
+    ToolsList,
+}
+
+/// A tool as last listed by the server in this session.
+#[derive(Clone, Debug)]
+struct SeenTool {
+    hash: String,
+    exposed: bool,
+    /// Why it is withheld (rule id), when it is.
+    withheld_rule: &'static str,
+}
+
+/// What to do with one message.
+enum Verdict {
+    Forward,
+    /// Replace the message with this value.
+    Rewrite(Value),
+    /// Do not forward; answer the sender with this message.
+    Answer(Value),
+    /// Do not forward; nothing to answer.
+    Drop,
+    /// Hold the message until the tool list is known.
+    Park,
+}
+
+/// One server's relay.
+pub struct Relay<I: Inspector> {
+    server: ServerInfo,
+    settings: Settings,
+    inspector: I,
+    pins: PinTable,
+    nonce: String,
+    next_internal: u64,
+    pending: HashMap<RequestId, Pending>,
+    internal: HashMap<RequestId, Internal>,
+    tools: HashMap<String, SeenTool>,
+    listed_once: bool,
+    listing_in_progress: bool,
+    exposed_in_listing: usize,
+    parked: Vec<Message>,
+    reported: HashSet<(String, String)>,
+    last_list_changed_ms: Option<u64>,
+    trailing_list_changed: bool,
+    refused: Option<(String, String)>,
+}
+
+impl<I: Inspector> Relay<I> {
+    /// `nonce` makes our own request ids impossible for the client to guess.
+    pub fn new(
+        server: ServerInfo,
+        settings: Settings,
+        inspector: I,
+        pins: PinTable,
+        nonce: &str,
+    ) -> Self {
+        Relay {
+            server,
+            settings,
+            inspector,
+            pins,
+            nonce: nonce.to_string(),
+            next_internal: 0,
+            pending: HashMap::new(),
+            internal: HashMap::new(),
+            tools: HashMap::new(),
+            listed_once: false,
+            listing_in_progress: false,
+            exposed_in_listing: 0,
+            parked: Vec::new(),
+            reported: HashSet::new(),
+            last_list_changed_ms: None,
+            trailing_list_changed: false,
+            refused: None,
+        }
+    }
+
+    /// Refuse the server: `initialize` and every other request get a
+    /// JSON-RPC error naming the rule (server policy stage).
+    pub fn refuse(&mut self, rule: &str, reason: &str) {
+        self.refused = Some((rule.to_string(), reason.to_string()));
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Replaces the audit-only switch (pause / resume).
+    pub fn set_audit_only(&mut self, audit_only: bool) {
+        self.settings.audit_only = audit_only;
+    }
+
+    // ----- client → server -------------------------------------------------
+
+    pub fn on_client_frame(&mut self, frame: Frame, now_ms: u64) -> Vec<Output> {
+        let mut out = Vec::new();
+        match frame.body {
+            FrameBody::Single(msg) => match self.client_message(&msg, now_ms, &mut out) {
+                Verdict::Forward => out.push(Output::ToServer(frame.raw)),
+                Verdict::Rewrite(v) => out.push(Output::ToServer(to_line(&v))),
+                Verdict::Answer(v) => out.push(Output::ToClient(to_line(&v))),
+                Verdict::Drop => {}
+                Verdict::Park => self.parked.push(msg),
+            },
+            FrameBody::Batch(items) => {
+                let mut forward = Vec::new();
+                let mut answers = Vec::new();
+                let mut untouched = true;
+                for msg in items {
+                    match self.client_message(&msg, now_ms, &mut out) {
+                        Verdict::Forward => forward.push(msg.value),
+                        Verdict::Rewrite(v) => {
+                            untouched = false;
+                            forward.push(v)
+                        }
+                        Verdict::Answer(v) => {
+                            untouched = false;
+                            answers.push(v)
+                        }
+                        Verdict::Drop => untouched = false,
+                        Verdict::Park => {
+                            untouched = false;
+                            self.parked.push(msg)
+                        }
+                    }
+                }
+                if untouched {
+                    out.push(Output::ToServer(frame.raw));
+                } else {
+                    if !forward.is_empty() {
+                        out.push(Output::ToServer(to_line(&Value::Array(forward))));
+                    }
+                    if !answers.is_empty() {
+                        out.push(Output::ToClient(to_line(&Value::Array(answers))));
+                    }
+                }
+            }
+            // Client→server lines Gatehouse cannot read pass through: the
+            // server is the one that has to reject them.
+            FrameBody::Empty | FrameBody::Unparseable(_) => out.push(Output::ToServer(frame.raw)),
+            FrameBody::TooDeep => {
+                out.push(Output::Event(
+                    EngineEvent::new(
+                        "frame_uninspected",
+                        Severity::Medium,
+                        Action::Allow,
+                        "framing.too_deep",
+                    )
+                    .reason("client frame nested too deeply to inspect; passed to the server"),
+                ));
+                out.push(Output::ToServer(frame.raw));
+            }
+        }
+        out
+    }
+
+    fn client_message(&mut self, msg: &Message, now_ms: u64, out: &mut Vec<Output>) -> Verdict {
+        let MessageKind::Request { id, method } = &msg.kind else {
+            return Verdict::Forward;
+        };
+        if let Some((rule, reason)) = &self.refused {
+            out.push(Output::Event(
+                EngineEvent::new("mcp_server_refused", Severity::High, Action::Block, rule)
+                    .reason(reason.clone()),
+            ));
+            return Verdict::Answer(error_value(
+                id,
+                -32001,
+                &format!("Gatehouse refused to start this server ({rule}): {reason}"),
+            ));
+        }
+        let pending = match method.as_str() {
+            "initialize" => Pending::Initialize,
+            "tools/list" => Pending::ToolsList {
+                first_page: msg.params().and_then(|p| p.get("cursor")).is_none(),
+            },
+            "tools/call" => {
+                let tool = msg
+                    .params()
+                    .and_then(|p| p.get("name"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                let verdict = self.check_call(id, &tool, msg, now_ms, out);
+                if matches!(verdict, Verdict::Forward) {
+                    self.pending.insert(id.clone(), Pending::ToolsCall { tool });
+                }
+                return verdict;
+            }
+            "resources/read"
+            | "prompts/get"
+            | "tasks/result"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "server/discover" => Pending::Inspected(method.clone()),
+            _ => Pending::Other,
+        };
+        if !matches!(pending, Pending::Other) {
+            self.pending.insert(id.clone(), pending);
+        }
+        Verdict::Forward
+    }
+
+    fn check_call(
+        &mut self,
+        id: &RequestId,
+        tool: &str,
+        msg: &Message,
+        now_ms: u64,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
+        let _ = now_ms;
+        if !self.listed_once && !self.tools.contains_key(tool) {
+            // Judge only against a known list: ask the server first.
+            if !self.listing_in_progress {
+                self.start_internal_listing(None, out);
+            }
+            return Verdict::Park;
+        }
+        let arguments = msg
+            .params()
+            .and_then(|p| p.get("arguments"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let block = match self.tools.get(tool) {
+            None => Some((
+                "tool.unknown",
+                Severity::Medium,
+                format!("the server did not list a tool named {tool:?}"),
+            )),
+            Some(seen) if !seen.exposed => Some((
+                seen.withheld_rule,
+                Severity::High,
+                withheld_reason(seen.withheld_rule).to_string(),
+            )),
+            Some(seen) => {
+                match self
+                    .settings
+                    .policy
+                    .tool_decision(tool, Some(&seen.hash), &arguments)
+                {
+                    ToolRule::Allow => None,
+                    ToolRule::Audit { rule, reason } => {
+                        out.push(Output::Event(
+                            EngineEvent::new(
+                                "mcp_tool_called",
+                                Severity::Low,
+                                Action::Audit,
+                                &rule,
+                            )
+                            .tool(tool)
+                            .reason(reason),
+                        ));
+                        return Verdict::Forward;
+                    }
+                    ToolRule::Block { rule, reason } => {
+                        return self.block_call(id, tool, &rule, Severity::High, &reason, out);
+                    }
+                }
+            }
+        };
+        if let Some((rule, severity, reason)) = block {
+            return self.block_call(id, tool, rule, severity, &reason, out);
+        }
+        out.push(Output::Event(
+            EngineEvent::new(
+                "mcp_tool_called",
+                Severity::Info,
+                Action::Allow,
+                "call.allowed",
+            )
+            .tool(tool),
+        ));
+        Verdict::Forward
+    }
+
+    fn block_call(
+        &mut self,
+        id: &RequestId,
+        tool: &str,
+        rule: &str,
+        severity: Severity,
+        reason: &str,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
+        if self.settings.audit_only {
+            out.push(Output::Event(
+                EngineEvent::new("mcp_tool_call_intercepted", severity, Action::Audit, rule)
+                    .tool(tool)
+                    .reason(format!("audit-only: would block: {reason}")),
+            ));
+            return Verdict::Forward;
+        }
+        out.push(Output::Event(
+            EngineEvent::new("mcp_tool_call_intercepted", severity, Action::Block, rule)
+                .tool(tool)
+                .reason(reason.to_string()),
+        ));
+        Verdict::Answer(blocked_call_result(
+            id,
+            &self.server.server_id,
+            tool,
+            rule,
+            reason,
+        ))
+    }
+
+    fn start_internal_listing(&mut self, cursor: Option<&Value>, out: &mut Vec<Output>) {
+        self.next_internal += 1;
+        let id = RequestId::String(format!("gatehouse-{}-{}", self.nonce, self.next_internal));
+        self.internal.insert(id.clone(), Internal::ToolsList);
+        if cursor.is_none() {
+            self.begin_listing();
+        }
+        self.listing_in_progress = true;
+        let params = cursor.map(|c| json!({ "cursor": c }));
+        out.push(Output::ToServer(request_line(
+            Some(&id),
+            "tools/list",
+            params,
+        )));
+    }
+
+    fn begin_listing(&mut self) {
+        self.exposed_in_listing = 0;
+        self.tools.clear();
+    }
+
+    // ----- server → client -------------------------------------------------
+
+    pub fn on_server_frame(&mut self, frame: Frame, now_ms: u64) -> Vec<Output> {
+        let mut out = Vec::new();
+        match frame.body {
+            FrameBody::Single(msg) => match self.server_message(&msg, now_ms, &mut out) {
+                Verdict::Forward => out.push(Output::ToClient(frame.raw)),
+                Verdict::Rewrite(v) => out.push(Output::ToClient(to_line(&v))),
+                Verdict::Answer(v) => out.push(Output::ToServer(to_line(&v))),
+                Verdict::Drop | Verdict::Park => {}
+            },
+            FrameBody::Batch(items) => {
+                let mut forward = Vec::new();
+                let mut answers = Vec::new();
+                let mut untouched = true;
+                for msg in items {
+                    match self.server_message(&msg, now_ms, &mut out) {
+                        Verdict::Forward => forward.push(msg.value),
+                        Verdict::Rewrite(v) => {
+                            untouched = false;
+                            forward.push(v)
+                        }
+                        Verdict::Answer(v) => {
+                            untouched = false;
+                            answers.push(v)
+                        }
+                        Verdict::Drop | Verdict::Park => untouched = false,
+                    }
+                }
+                if untouched {
+                    out.push(Output::ToClient(frame.raw));
+                } else {
+                    if !forward.is_empty() {
+                        out.push(Output::ToClient(to_line(&Value::Array(forward))));
+                    }
+                    if !answers.is_empty() {
+                        out.push(Output::ToServer(to_line(&Value::Array(answers))));
+                    }
+                }
+            }
+            FrameBody::Empty => {}
+            FrameBody::Unparseable(why) => out.push(Output::Event(
+                EngineEvent::new(
+                    "frame_dropped",
+                    Severity::Medium,
+                    Action::Drop,
+                    "framing.unparseable",
+                )
+                .reason(format!(
+                    "server sent a line Gatehouse cannot parse ({why}); dropped"
+                ))
+                .evidence(json!({ "bytes": frame.raw.len() })),
+            )),
+            FrameBody::TooDeep => out.push(Output::Event(
+                EngineEvent::new(
+                    "frame_dropped",
+                    Severity::Medium,
+                    Action::Drop,
+                    "framing.too_deep",
+                )
+                .reason("server frame nested too deeply to inspect; dropped")
+                .evidence(json!({ "bytes": frame.raw.len() })),
+            )),
+        }
+        out
+    }
+
+    fn server_message(&mut self, msg: &Message, now_ms: u64, out: &mut Vec<Output>) -> Verdict {
+        match &msg.kind {
+            MessageKind::Response { id, .. } => {
+                if let Some(internal) = self.internal.remove(id) {
+                    self.internal_response(internal, msg, now_ms, out);
+                    return Verdict::Drop;
+                }
+                match self.pending.remove(id) {
+                    Some(pending) => self.inspect_response(pending, msg, out),
+                    None => Verdict::Forward,
+                }
+            }
+            MessageKind::Request { id, method } => self.server_request(id, method, msg, out),
+            MessageKind::Notification { method }
+                if method == "notifications/tools/list_changed" =>
+            {
+                self.server_list_changed(now_ms, out);
+                Verdict::Drop
+            }
+            MessageKind::Notification { .. } | MessageKind::OrphanError => Verdict::Forward,
+            MessageKind::Invalid(why) => {
+                out.push(Output::Event(
+                    EngineEvent::new(
+                        "frame_dropped",
+                        Severity::Medium,
+                        Action::Drop,
+                        "framing.not_jsonrpc",
+                    )
+                    .reason(format!(
+                        "server sent JSON that is not JSON-RPC ({why}); dropped"
+                    )),
+                ));
+                Verdict::Drop
+            }
+        }
+    }
+
+    fn internal_response(
+        &mut self,
+        internal: Internal,
+        msg: &Message,
+        now_ms: u64,
+        out: &mut Vec<Output>,
+    ) {
+        match internal {
+            Internal::ToolsList => {
+                if let Some(tools) = msg
+                    .result()
+                    .and_then(|r| r.get("tools"))
+                    .and_then(Value::as_array)
+                {
+                    for tool in tools {
+                        self.judge_tool(tool, out);
+                    }
+                }
+                match msg
+                    .result()
+                    .and_then(|r| r.get("nextCursor"))
+                    .filter(|c| !c.is_null())
+                {
+                    Some(cursor) => {
+                        let cursor = cursor.clone();
+                        self.start_internal_listing(Some(&cursor), out);
+                    }
+                    None => {
+                        self.listing_in_progress = false;
+                        self.listed_once = true;
+                        self.release_parked(now_ms, out);
+                    }
+                }
+            }
+        }
+    }
+
+    fn release_parked(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        for msg in std::mem::take(&mut self.parked) {
+            let raw = to_line(&msg.value);
+            match self.client_message(&msg, now_ms, out) {
+                Verdict::Forward => out.push(Output::ToServer(raw)),
+                Verdict::Rewrite(v) => out.push(Output::ToServer(to_line(&v))),
+                Verdict::Answer(v) => out.push(Output::ToClient(to_line(&v))),
+                Verdict::Drop => {}
+                // The list is known now; a second park cannot happen, but
+                // never lose a request.
+                Verdict::Park => self.parked.push(msg),
+            }
+        }
+    }
+
+    fn inspect_response(
+        &mut self,
+        pending: Pending,
+        msg: &Message,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
+        let Some(result) = msg.result() else {
+            return Verdict::Forward;
+        };
+        match pending {
+            Pending::Initialize => self.inspect_initialize(msg, result, out),
+            Pending::ToolsList { first_page } => {
+                self.inspect_tools_page(msg, result, first_page, out)
+            }
+            Pending::ToolsCall { tool } => {
+                self.inspect_result(msg, "tools/call", Some(&tool), result, out)
+            }
+            Pending::Inspected(method) => match method.as_str() {
+                "prompts/list" | "resources/list" | "resources/templates/list" => {
+                    self.inspect_listed(msg, &method, result, out)
+                }
+                "server/discover" => self.inspect_initialize(msg, result, out),
+                _ => self.inspect_result(msg, &method, None, result, out),
+            },
+            Pending::Other => Verdict::Forward,
+        }
+    }
+
+    fn inspect_initialize(
+        &mut self,
+        msg: &Message,
+        result: &Value,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
+        let mut rewritten: Option<Value> = None;
+        if let Some(text) = result.get("instructions").and_then(Value::as_str) {
+            if self.settings.scan_definitions {
+                let findings = self.inspector.scan_instructions(text);
+                if let Some(sev) = max_severity(&findings) {
+                    let withhold = sev.is_flagged() && !self.settings.audit_only;
+                    out.push(Output::Event(
+                        EngineEvent::new(
+                            "mcp_instructions_finding",
+                            sev,
+                            if withhold {
+                                Action::Block
+                            } else {
+                                Action::Alert
+                            },
+                            &findings[0].rule,
+                        )
+                        .reason("server instructions carry hidden instructions")
+                        .evidence(findings_json(&findings)),
+                    ));
+                    if withhold {
+                        let mut v = msg.value.clone();
+                        if let Some(r) = v.get_mut("result").and_then(Value::as_object_mut) {
+                            r.remove("instructions");
+                        }
+                        rewritten = Some(v);
+                    }
+                }
+            }
+        }
+        // Declare tools.listChanged so an approval can tell the client to re-list.
+        let caps_tools = result.get("capabilities").and_then(|c| c.get("tools"));
+        if let Some(tools_cap) = caps_tools {
+            if tools_cap.get("listChanged") != Some(&Value::Bool(true)) {
+                let v = rewritten.get_or_insert_with(|| msg.value.clone());
+                if let Some(t) = v
+                    .pointer_mut("/result/capabilities/tools")
+                    .and_then(Value::as_object_mut)
+                {
+                    t.insert("listChanged".into(), Value::Bool(true));
+                }
+            }
+        }
+        match rewritten {
+            Some(v) => Verdict::Rewrite(v),
+            None => Verdict::Forward,
+        }
+    }
+
+    fn inspect_tools_page(
+        &mut self,
+        msg: &Message,
+        result: &Value,
+        first_page: bool,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
+        if first_page {
+            self.begin_listing();
+        }
+        let Some(tools) = result.get("tools").and_then(Value::as_array) else {
+            return Verdict::Forward;
+        };
+        let keep: Vec<bool> = tools.iter().map(|t| self.judge_tool(t, out)).collect();
+        if result.get("nextCursor").filter(|c| !c.is_null()).is_none() {
+            self.listed_once = true;
+        }
+        if keep.iter().all(|k| *k) || self.settings.audit_only {
+            return Verdict::Forward;
+        }
+        let mut v = msg.value.clone();
+        if let Some(list) = v.pointer_mut("/result/tools").and_then(Value::as_array_mut) {
+            let mut flags = keep.iter();
+            list.retain(|_| *flags.next().unwrap_or(&true));
+        }
+        Verdict::Rewrite(v)
+    }
+
+    /// Judges one listed tool; returns whether it is exposed to the client.
+    fn judge_tool(&mut self, tool: &Value, out: &mut Vec<Output>) -> bool {
+        let Some(name) = tool.get("name").and_then(Value::as_str) else {
+            return false;
+        };
+        let name = name.to_string();
+        let hash = tool_hash(tool);
+        let first_report = self.reported.insert((name.clone(), hash.clone()));
+        let findings: Vec<Finding> = if self.settings.scan_definitions && first_report {
+            self.inspector.scan_tool(tool)
+        } else {
+            Vec::new()
+        };
+        let flagged = max_severity(&findings).is_some_and(Severity::is_flagged)
+            || (!first_report && self.tools_previously_quarantined(&name, &hash));
+        let judgement = judge(
+            self.pins.get(&name),
+            &hash,
+            flagged,
+            self.settings.trust_first_sight,
+            self.settings.on_change,
+            self.settings.lock_tool_list,
+        );
+        let (mut exposed, mut rule) = (true, "");
+        match judgement {
+            ToolJudgement::Expose => {}
+            ToolJudgement::TrustFirst => {
+                self.set_pin(&name, Some(hash.clone()), PinState::Trusted, None);
+                if first_report {
+                    out.push(Output::Persist(PinUpdate::Trust {
+                        tool: name.clone(),
+                        hash: hash.clone(),
+                        definition: tool.clone(),
+                    }));
+                    out.push(Output::Event(
+                        EngineEvent::new(
+                            "mcp_tool_seen",
+                            Severity::Info,
+                            Action::Allow,
+                            "pin.first_sight",
+                        )
+                        .tool(&name)
+                        .evidence(json!({ "hash": hash })),
+                    ));
+                }
+            }
+            ToolJudgement::ExposeChanged { previous, repin } => {
+                if repin {
+                    self.set_pin(&name, Some(hash.clone()), PinState::Trusted, None);
+                }
+                if first_report {
+                    if repin {
+                        out.push(Output::Persist(PinUpdate::Trust {
+                            tool: name.clone(),
+                            hash: hash.clone(),
+                            definition: tool.clone(),
+                        }));
+                    }
+                    out.push(Output::Event(
+                        EngineEvent::new(
+                            "mcp_tool_changed",
+                            Severity::Medium,
+                            Action::Alert,
+                            "pin.changed",
+                        )
+                        .tool(&name)
+                        .reason("tool definition changed since it was pinned")
+                        .evidence(json!({ "previous": previous, "hash": hash })),
+                    ));
+                }
+            }
+            ToolJudgement::Hold { reason, previous } => {
+                exposed = false;
+                rule = if reason == "tool list locked" {
+                    "pin.locked"
+                } else {
+                    "pin.held"
+                };
+                if first_report {
+                    let approved = self.pins.get(&name).and_then(|p| p.approved_hash.clone());
+                    self.set_pin(&name, approved, PinState::Held, Some(hash.clone()));
+                    out.push(Output::Persist(PinUpdate::Hold {
+                        tool: name.clone(),
+                        hash: hash.clone(),
+                        definition: tool.clone(),
+                        reason: reason.to_string(),
+                    }));
+                    let kind = if previous.is_some() {
+                        "mcp_tool_changed"
+                    } else {
+                        "mcp_tool_seen"
+                    };
+                    out.push(Output::Event(
+                        EngineEvent::new(kind, Severity::High, self.hold_action(), rule)
+                            .tool(&name)
+                            .reason(format!(
+                                "{reason}: held until a person approves hash {hash}"
+                            ))
+                            .evidence(json!({ "previous": previous, "hash": hash })),
+                    ));
+                }
+            }
+            ToolJudgement::Quarantine => {
+                exposed = false;
+                rule = "scan.quarantined";
+                if first_report {
+                    let approved = self.pins.get(&name).and_then(|p| p.approved_hash.clone());
+                    self.set_pin(&name, approved, PinState::Quarantined, Some(hash.clone()));
+                    let sev = max_severity(&findings).unwrap_or(Severity::High);
+                    out.push(Output::Persist(PinUpdate::Quarantine {
+                        tool: name.clone(),
+                        hash: hash.clone(),
+                        definition: tool.clone(),
+                        findings: findings_json(&findings),
+                    }));
+                    out.push(Output::Event(
+                        EngineEvent::new("mcp_tool_quarantined", sev, self.hold_action(), "scan.quarantined")
+                            .tool(&name)
+                            .reason(format!(
+                                "tool definition carries {} finding(s); held until a person approves hash {hash}",
+                                findings.len()
+                            ))
+                            .evidence(findings_json(&findings)),
+                    ));
+                }
+            }
+        }
+        if exposed && first_report && !findings.is_empty() {
+            let sev = max_severity(&findings).unwrap_or(Severity::Low);
+            out.push(Output::Event(
+                EngineEvent::new("mcp_tool_finding", sev, Action::Alert, &findings[0].rule)
+                    .tool(&name)
+                    .evidence(findings_json(&findings)),
+            ));
+        }
+        if exposed && !self.settings.policy.tool_exposed(&name) {
+            exposed = false;
+            rule = "policy.tool_not_exposed";
+            if first_report {
+                out.push(Output::Event(
+                    EngineEvent::new("mcp_tool_hidden", Severity::Info, self.hold_action(), rule)
+                        .tool(&name)
+                        .reason("policy does not expose this tool"),
+                ));
+            }
+        }
+        if exposed && self.exposed_in_listing >= self.settings.max_tools {
+            exposed = false;
+            rule = "list.tool_cap";
+            if first_report {
+                out.push(Output::Event(
+                    EngineEvent::new(
+                        "mcp_tool_hidden",
+                        Severity::Medium,
+                        self.hold_action(),
+                        rule,
+                    )
+                    .tool(&name)
+                    .reason(format!(
+                        "more than {} tools; the overflow is withheld",
+                        self.settings.max_tools
+                    )),
+                ));
+            }
+        }
+        if self.settings.audit_only {
+            exposed = true;
+        }
+        if exposed {
+            self.exposed_in_listing += 1;
+        }
+        self.tools.insert(
+            name,
+            SeenTool {
+                hash,
+                exposed,
+                withheld_rule: if rule.is_empty() { "pin.held" } else { rule },
+            },
+        );
+        exposed
+    }
+
+    fn tools_previously_quarantined(&self, name: &str, hash: &str) -> bool {
+        self.pins.get(name).is_some_and(|p| {
+            p.state == PinState::Quarantined && p.pending_hash.as_deref() == Some(hash)
+        })
+    }
+
+    fn hold_action(&self) -> Action {
+        if self.settings.audit_only {
+            Action::Audit
+        } else {
+            Action::Hold
+        }
+    }
+
+    fn set_pin(
+        &mut self,
+        name: &str,
+        approved: Option<String>,
+        state: PinState,
+        pending: Option<String>,
+    ) {
+        self.pins.pins.insert(
+            name.to_string(),
+            PinEntry {
+                approved_hash: approved,
+                state,
+                pending_hash: pending,
+            },
+        );
+    }
+
+    fn inspect_listed(
+        &mut self,
+        msg: &Message,
+        method: &str,
+        result: &Value,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
+        if !self.settings.scan_definitions {
+            return Verdict::Forward;
+        }
+        let key = match method {
+            "prompts/list" => "prompts",
+            "resources/list" => "resources",
+            _ => "resourceTemplates",
+        };
+        let Some(items) = result.get(key).and_then(Value::as_array) else {
+            return Verdict::Forward;
+        };
+        let mut keep = Vec::with_capacity(items.len());
+        for item in items {
+            let findings = self.inspector.scan_listed(method, item);
+            let sev = max_severity(&findings);
+            let withhold = sev.is_some_and(Severity::is_flagged) && !self.settings.audit_only;
+            if let Some(sev) = sev {
+                let name = item.get("name").and_then(Value::as_str).unwrap_or("?");
+                out.push(Output::Event(
+                    EngineEvent::new(
+                        "mcp_listed_item_finding",
+                        sev,
+                        if withhold {
+                            Action::Block
+                        } else {
+                            Action::Alert
+                        },
+                        &findings[0].rule,
+                    )
+                    .reason(format!("{method} item {name:?}"))
+                    .evidence(findings_json(&findings)),
+                ));
+            }
+            keep.push(!withhold);
+        }
+        if keep.iter().all(|k| *k) {
+            return Verdict::Forward;
+        }
+        let mut v = msg.value.clone();
+        if let Some(list) = v
+            .get_mut("result")
+            .and_then(|r| r.get_mut(key))
+            .and_then(Value::as_array_mut)
+        {
+            let mut flags = keep.iter();
+            list.retain(|_| *flags.next().unwrap_or(&true));
+        }
+        Verdict::Rewrite(v)
+    }
+
+    fn inspect_result(
+        &mut self,
+        msg: &Message,
+        method: &str,
+        tool: Option<&str>,
+        result: &Value,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
+        if !self.settings.scan_results {
+            return Verdict::Forward;
+        }
+        let findings = self.inspector.scan_result(method, result);
+        let Some(sev) = max_severity(&findings) else {
+            return Verdict::Forward;
+        };
+        let block = sev.is_flagged()
+            && self.settings.result_action == ResultAction::Block
+            && !self.settings.audit_only;
+        let action = match (block, self.settings.audit_only) {
+            (true, _) => Action::Block,
+            (false, true) if sev.is_flagged() => Action::Audit,
+            _ => Action::Alert,
+        };
+        let mut event = EngineEvent::new("mcp_tool_result_finding", sev, action, &findings[0].rule)
+            .reason(format!(
+                "{method} result carries {} finding(s)",
+                findings.len()
+            ))
+            .evidence(findings_json(&findings));
+        if let Some(tool) = tool {
+            event = event.tool(tool);
+        }
+        out.push(Output::Event(event));
+        if !block {
+            return Verdict::Forward;
+        }
+        let Some(id) = msg.id() else {
+            return Verdict::Drop;
+        };
+        let first = &findings[0];
+        let reason = format!(
+            "the result carried {} ({}, {}) at {}",
+            first.family, first.rule, first.severity, first.path
+        );
+        if method == "tools/call" {
+            Verdict::Rewrite(blocked_call_result(
+                id,
+                &self.server.server_id,
+                tool.unwrap_or("?"),
+                "scan.result",
+                &reason,
+            ))
+        } else {
+            Verdict::Rewrite(error_value(
+                id,
+                -32001,
+                &format!("Gatehouse withheld this {method} result: {reason}"),
+            ))
+        }
+    }
+
+    fn server_request(
+        &mut self,
+        id: &RequestId,
+        method: &str,
+        msg: &Message,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
+        let params = msg.params().cloned().unwrap_or(Value::Null);
+        match method {
+            "elicitation/create" => self.elicitation(id, msg, &params, out),
+            "sampling/createMessage" => {
+                if self.settings.restricted {
+                    return self.decline_sampling(
+                        id,
+                        "restricted.sampling",
+                        "restricted servers may not sample",
+                        out,
+                    );
+                }
+                let findings = if self.settings.scan_results {
+                    self.inspector.scan_server_request(method, &params)
+                } else {
+                    Vec::new()
+                };
+                if max_severity(&findings).is_some_and(Severity::is_flagged)
+                    && !self.settings.audit_only
+                {
+                    out.push(Output::Event(
+                        EngineEvent::new(
+                            "mcp_sampling_blocked",
+                            Severity::High,
+                            Action::Block,
+                            &findings[0].rule,
+                        )
+                        .evidence(findings_json(&findings)),
+                    ));
+                    return Verdict::Answer(error_value(
+                        id,
+                        -1,
+                        "Gatehouse declined this sampling request: it carries hidden instructions",
+                    ));
+                }
+                Verdict::Forward
+            }
+            _ => Verdict::Forward,
+        }
+    }
+
+    fn decline_sampling(
+        &self,
+        id: &RequestId,
+        rule: &str,
+        reason: &str,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
+        out.push(Output::Event(
+            EngineEvent::new(
+                "mcp_sampling_blocked",
+                Severity::Medium,
+                Action::Block,
+                rule,
+            )
+            .reason(reason.to_string()),
+        ));
+        Verdict::Answer(error_value(
+            id,
+            -1,
+            &format!("Gatehouse declined this sampling request: {reason}"),
+        ))
+    }
+
+    fn elicitation(
+        &mut self,
+        id: &RequestId,
+        msg: &Message,
+        params: &Value,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
+        let decline = |rule: &str, reason: String, out: &mut Vec<Output>| {
+            out.push(Output::Event(
+                EngineEvent::new(
+                    "mcp_elicitation_declined",
+                    Severity::Medium,
+                    Action::Block,
+                    rule,
+                )
+                .reason(reason),
+            ));
+            Verdict::Answer(
+                json!({"jsonrpc": "2.0", "id": id.to_value(), "result": {"action": "decline"}}),
+            )
+        };
+        if self.settings.restricted {
+            return decline(
+                "restricted.elicitation",
+                "restricted servers may not ask for input".into(),
+                out,
+            );
+        }
+        if self.settings.decline_sensitive_elicitation {
+            if let Some(field) = sensitive_field(params) {
+                return decline(
+                    "elicitation.sensitive_field",
+                    format!("asked for {field:?}; secrets must not be collected through form elicitation"),
+                    out,
+                );
+            }
+        }
+        let findings = self
+            .inspector
+            .scan_server_request("elicitation/create", params);
+        if max_severity(&findings).is_some_and(Severity::is_flagged) && !self.settings.audit_only {
+            return decline(
+                "scan.elicitation",
+                "the request carries hidden instructions".into(),
+                out,
+            );
+        }
+        // Fixed identity prefix the server cannot spoof.
+        let message = params
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let mut v = msg.value.clone();
+        if let Some(p) = v.get_mut("params").and_then(Value::as_object_mut) {
+            p.insert(
+                "message".into(),
+                Value::String(format!(
+                    "Server {} asks: {}",
+                    self.settings.server_label, message
+                )),
+            );
+        }
+        out.push(Output::Event(EngineEvent::new(
+            "mcp_elicitation_forwarded",
+            Severity::Info,
+            Action::Allow,
+            "elicitation.prefixed",
+        )));
+        Verdict::Rewrite(v)
+    }
+
+    fn server_list_changed(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        let due = self.last_list_changed_ms.is_none_or(|last| {
+            now_ms.saturating_sub(last) >= self.settings.list_changed_interval_ms
+        });
+        if due {
+            self.send_list_changed(now_ms, out);
+        } else {
+            self.trailing_list_changed = true;
+        }
+    }
+
+    fn send_list_changed(&mut self, now_ms: u64, out: &mut Vec<Output>) {
+        self.last_list_changed_ms = Some(now_ms);
+        self.trailing_list_changed = false;
+        out.push(Output::ToClient(request_line(
+            None,
+            "notifications/tools/list_changed",
+            None,
+        )));
+    }
+
+    /// When the host should call [`Relay::on_tick`] next, if at all.
+    pub fn next_deadline_ms(&self) -> Option<u64> {
+        self.trailing_list_changed.then(|| {
+            self.last_list_changed_ms.unwrap_or(0) + self.settings.list_changed_interval_ms
+        })
+    }
+
+    /// Timers: sends a coalesced trailing `list_changed` when it is due.
+    pub fn on_tick(&mut self, now_ms: u64) -> Vec<Output> {
+        let mut out = Vec::new();
+        if self.next_deadline_ms().is_some_and(|d| now_ms >= d) {
+            self.send_list_changed(now_ms, &mut out);
+        }
+        out
+    }
+
+    /// New pins from the store (a person approved, rejected or reset).
+    /// Tools whose seen hash is now approved become callable at once, and the
+    /// client gets one `notifications/tools/list_changed`.
+    pub fn on_pins_reloaded(&mut self, pins: PinTable, now_ms: u64) -> Vec<Output> {
+        let mut out = Vec::new();
+        let mut changed = false;
+        for (name, seen) in self.tools.iter_mut() {
+            let approved = pins
+                .get(name)
+                .filter(|p| p.state == PinState::Trusted)
+                .and_then(|p| p.approved_hash.as_deref())
+                == Some(seen.hash.as_str());
+            let pin_withheld = matches!(
+                seen.withheld_rule,
+                "pin.held" | "pin.locked" | "scan.quarantined"
+            );
+            if !seen.exposed && pin_withheld && approved {
+                seen.exposed = true;
+                changed = true;
+                out.push(Output::Event(
+                    EngineEvent::new(
+                        "mcp_tool_approved",
+                        Severity::Info,
+                        Action::Allow,
+                        "pin.approved",
+                    )
+                    .tool(name)
+                    .evidence(json!({ "hash": seen.hash })),
+                ));
+            } else if seen.exposed
+                && !approved
+                && pins
+                    .get(name)
+                    .is_some_and(|p| p.state == PinState::Rejected)
+            {
+                seen.exposed = false;
+                seen.withheld_rule = "pin.held";
+                changed = true;
+            }
+        }
+        // Forget what was reported so reset pins are judged afresh.
+        self.reported.retain(|(name, _)| pins.get(name).is_some());
+        self.pins = pins;
+        if changed {
+            self.send_list_changed(now_ms, &mut out);
+        }
+        out
+    }
+}
+
+fn withheld_reason(rule: &str) -> &'static str {
+    match rule {
+        "scan.quarantined" => "the tool definition carries hidden instructions and is quarantined until a person approves it",
+        "pin.locked" => "the tool list is locked and this tool was not in it",
+        "policy.tool_not_exposed" => "policy does not expose this tool",
+        "list.tool_cap" => "the server lists more tools than policy allows",
+        _ => "the tool definition is new or changed since it was approved and waits for approval",
+    }
+}
+
+/// Words that mark an elicitation field as asking for a secret.
+const SENSITIVE_WORDS: &[&str] = &[
+    "password",
+    "passwd",
+    "token",
+    "secret",
+    "key",
+    "apikey",
+    "credential",
+    "credentials",
+    "auth",
+    "private",
+    "passphrase",
+    "pin",
+    "otp",
+    "ssn",
+    "cvv",
+];
+
+/// The first requested field whose name or title looks like a secret.
+pub fn sensitive_field(params: &Value) -> Option<String> {
+    let props = params
+        .get("requestedSchema")?
+        .get("properties")?
+        .as_object()?;
+    for (name, schema) in props {
+        let title = schema
+            .get("title")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        for text in [name.as_str(), title] {
+            if words(text).any(|w| SENSITIVE_WORDS.contains(&w.as_str())) {
+                return Some(name.clone());
+            }
+        }
+    }
+    None
+}
+
+/// Lower-cased words of an identifier or title: split on non-alphanumerics
+/// and camelCase boundaries.
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut prev_lower = false;
+    for c in text.chars() {
+        if !c.is_alphanumeric() {
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+            prev_lower = false;
+            continue;
+        }
+        if c.is_uppercase() && prev_lower && !cur.is_empty() {
+            out.push(std::mem::take(&mut cur));
+        }
+        prev_lower = c.is_lowercase() || c.is_ascii_digit();
+        cur.extend(c.to_lowercase());
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out.into_iter()
+}
+
+fn to_line(value: &Value) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+fn error_value(id: &RequestId, code: i64, message: &str) -> Value {
+    serde_json::from_slice(&error_line(id, code, message, None)).unwrap_or(Value::Null)
+}
+
+/// The `isError` result a blocked call gets (DESIGN §4): names the rule, the
+/// reason and where to review it.
+fn blocked_call_result(
+    id: &RequestId,
+    server_id: &str,
+    tool: &str,
+    rule: &str,
+    reason: &str,
+) -> Value {
+    let text = format!(
+        "Gatehouse blocked this call to {tool:?} (rule {rule}): {reason}. \
+         Review it in the Gatehouse dashboard or with `gatehouse events --server {server_id}`."
+    );
+    serde_json::from_slice(&response_line(
+        id,
+        json!({"content": [{"type": "text", "text": text}], "isError": true}),
+    ))
+    .unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,96 @@
+//! The knobs the engine needs, already resolved for one server by the host
+//! from the policy (gatehouse-config) and its identity checks.
+
+use serde_json::Value;
+
+/// What to do when a pinned tool's definition changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnChange {
+    /// Hold the changed tool until a person approves the new hash.
+    Block,
+    /// Expose the new definition, record an alert, keep the old pin.
+    Alert,
+    /// Expose and re-pin silently (an event is still recorded).
+    Allow,
+}
+
+/// What to do with a result carrying a high/critical finding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResultAction {
+    Alert,
+    Block,
+}
+
+/// A per-call policy decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ToolRule {
+    Allow,
+    Audit { rule: String, reason: String },
+    Block { rule: String, reason: String },
+}
+
+/// Tool-level policy, answered by the host's typed policy.
+pub trait CallPolicy {
+    /// May this tool appear in lists at all (restricted allowlists, blocked tools)?
+    fn tool_exposed(&self, tool: &str) -> bool;
+    /// Decision for one call with its arguments.
+    fn tool_decision(&self, tool: &str, hash: Option<&str>, arguments: &Value) -> ToolRule;
+}
+
+/// Allows everything: used when no policy applies.
+pub struct AllowAll;
+
+impl CallPolicy for AllowAll {
+    fn tool_exposed(&self, _: &str) -> bool {
+        true
+    }
+    fn tool_decision(&self, _: &str, _: Option<&str>, _: &Value) -> ToolRule {
+        ToolRule::Allow
+    }
+}
+
+/// Everything the engine needs to know about its server and policy.
+pub struct Settings {
+    /// Record decisions but never block (policy mode audit, or paused).
+    pub audit_only: bool,
+    /// Trust and pin tools the first time they are seen. The host sets this
+    /// only for a server's first session, never for a fresh database while
+    /// protected configs exist, never after an identity mismatch.
+    pub trust_first_sight: bool,
+    pub on_change: OnChange,
+    /// After first sight, refuse any change to the tool list.
+    pub lock_tool_list: bool,
+    pub max_tools: usize,
+    pub scan_definitions: bool,
+    pub scan_results: bool,
+    pub result_action: ResultAction,
+    /// `restricted` trust: never allowed to elicit or sample.
+    pub restricted: bool,
+    /// Decline elicitation requests asking for sensitive fields.
+    pub decline_sensitive_elicitation: bool,
+    /// Minimum spacing of forwarded `notifications/tools/list_changed`.
+    pub list_changed_interval_ms: u64,
+    /// How the server is named to people ("github (npx server-github)").
+    pub server_label: String,
+    pub policy: Box<dyn CallPolicy + Send>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            audit_only: false,
+            trust_first_sight: true,
+            on_change: OnChange::Block,
+            lock_tool_list: false,
+            max_tools: 256,
+            scan_definitions: true,
+            scan_results: true,
+            result_action: ResultAction::Block,
+            restricted: false,
+            decline_sensitive_elicitation: true,
+            list_changed_interval_ms: 5_000,
+            server_label: "server".into(),
+            policy: Box::new(AllowAll),
+        }
+    }
+}

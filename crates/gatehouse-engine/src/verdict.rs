@@ -1,0 +1,152 @@
+//! What the engine hands back to its host: outputs, events, pin changes.
+
+use std::fmt;
+
+use serde_json::Value;
+
+/// Severity of a finding or decision, ordered from least to most severe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Severity {
+    Info,
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+impl Severity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Low => "low",
+            Severity::Medium => "medium",
+            Severity::High => "high",
+            Severity::Critical => "critical",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Severity> {
+        Some(match text {
+            "info" => Severity::Info,
+            "low" => Severity::Low,
+            "medium" => Severity::Medium,
+            "high" => Severity::High,
+            "critical" => Severity::Critical,
+            _ => return None,
+        })
+    }
+
+    /// High and critical findings are the ones Gatehouse acts on.
+    pub fn is_flagged(self) -> bool {
+        self >= Severity::High
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What was done about something.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Allow,
+    Audit,
+    Alert,
+    Block,
+    Hold,
+    Drop,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Allow => "allow",
+            Action::Audit => "audit",
+            Action::Alert => "alert",
+            Action::Block => "block",
+            Action::Hold => "hold",
+            Action::Drop => "drop",
+        }
+    }
+}
+
+/// An event for the host to record. Evidence is already redacted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineEvent {
+    pub kind: &'static str,
+    pub severity: Severity,
+    pub action: Action,
+    pub tool: Option<String>,
+    pub rule: String,
+    pub reason: String,
+    pub evidence: Value,
+}
+
+impl EngineEvent {
+    pub fn new(kind: &'static str, severity: Severity, action: Action, rule: &str) -> EngineEvent {
+        EngineEvent {
+            kind,
+            severity,
+            action,
+            tool: None,
+            rule: rule.to_string(),
+            reason: String::new(),
+            evidence: Value::Null,
+        }
+    }
+
+    pub fn tool(mut self, tool: &str) -> Self {
+        self.tool = Some(tool.to_string());
+        self
+    }
+
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = reason.into();
+        self
+    }
+
+    pub fn evidence(mut self, evidence: Value) -> Self {
+        self.evidence = evidence;
+        self
+    }
+}
+
+/// A pin change for the host to persist.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PinUpdate {
+    /// Pin (or re-pin) `hash` as trusted.
+    Trust {
+        tool: String,
+        hash: String,
+        definition: Value,
+    },
+    /// Withhold `hash` until a person approves it.
+    Hold {
+        tool: String,
+        hash: String,
+        definition: Value,
+        reason: String,
+    },
+    /// Withhold `hash` because the scanner flagged it; findings as JSON.
+    Quarantine {
+        tool: String,
+        hash: String,
+        definition: Value,
+        findings: Value,
+    },
+    /// The tool was seen with a hash that is already pinned (no state change).
+    Seen { tool: String, hash: String },
+}
+
+/// One thing for the host to do, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Output {
+    /// Write this line (without newline) to the server's stdin.
+    ToServer(Vec<u8>),
+    /// Write this line (without newline) to the client (our stdout).
+    ToClient(Vec<u8>),
+    Event(EngineEvent),
+    Persist(PinUpdate),
+}
