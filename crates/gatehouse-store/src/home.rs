@@ -92,6 +92,9 @@ mod tests {
         ensure_private_dir(&tmp).unwrap();
         let mode = std::fs::metadata(&tmp).unwrap().permissions().mode() & 0o777;
         std::fs::remove_dir_all(&tmp).unwrap();
-        assert_eq!(mode, 0o700, "GATEHOUSE_HOME must not be readable by other users");
+        assert_eq!(
+            mode, 0o700,
+            "GATEHOUSE_HOME must not be readable by other users"
+        );
     }
 }

@@ -1,0 +1,284 @@
+//! `consent_requests`: everything waiting on the person (changed and
+//! quarantined tools, shadowing ties, input requests). An answer is stored
+//! only sealed to the requester's public key: ciphertext, never plain text.
+
+use crate::db::Store;
+use crate::error::{corrupt, Result, StoreError};
+use crate::util::{check_json, non_negative};
+
+/// What is being asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsentKind {
+    ChangedTool,
+    QuarantinedTool,
+    ShadowTie,
+    Elicitation,
+}
+
+impl ConsentKind {
+    /// Stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConsentKind::ChangedTool => "changed_tool",
+            ConsentKind::QuarantinedTool => "quarantined_tool",
+            ConsentKind::ShadowTie => "shadow_tie",
+            ConsentKind::Elicitation => "elicitation",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "changed_tool" => Some(ConsentKind::ChangedTool),
+            "quarantined_tool" => Some(ConsentKind::QuarantinedTool),
+            "shadow_tie" => Some(ConsentKind::ShadowTie),
+            "elicitation" => Some(ConsentKind::Elicitation),
+            _ => None,
+        }
+    }
+}
+
+/// Where a request stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsentState {
+    Pending,
+    Answered,
+    Declined,
+    Expired,
+}
+
+impl ConsentState {
+    /// Stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConsentState::Pending => "pending",
+            ConsentState::Answered => "answered",
+            ConsentState::Declined => "declined",
+            ConsentState::Expired => "expired",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pending" => Some(ConsentState::Pending),
+            "answered" => Some(ConsentState::Answered),
+            "declined" => Some(ConsentState::Declined),
+            "expired" => Some(ConsentState::Expired),
+            _ => None,
+        }
+    }
+}
+
+/// A request to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewConsent {
+    pub kind: ConsentKind,
+    pub server_id: String,
+    pub tool: Option<String>,
+    /// What to show the person (JSON; redacted by the caller).
+    pub payload_json: String,
+    pub created_ms: i64,
+    /// When the request is declined unanswered.
+    pub expires_ms: Option<i64>,
+    /// Public key the answer is sealed to (input requests).
+    pub requester_key: Option<Vec<u8>>,
+}
+
+/// A stored request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsentRequest {
+    pub id: i64,
+    pub kind: ConsentKind,
+    pub server_id: String,
+    pub tool: Option<String>,
+    pub payload_json: String,
+    pub state: ConsentState,
+    pub created_ms: i64,
+    pub expires_ms: Option<i64>,
+    pub answered_ms: Option<i64>,
+    /// Sealed answer (ciphertext); `None` once taken.
+    pub sealed_answer: Option<Vec<u8>>,
+    pub requester_key: Option<Vec<u8>>,
+}
+
+#[derive(sqlx::FromRow)]
+struct ConsentRow {
+    id: i64,
+    kind: String,
+    server_id: String,
+    tool: Option<String>,
+    payload: String,
+    state: String,
+    created_ms: i64,
+    expires_ms: Option<i64>,
+    answered_ms: Option<i64>,
+    answer: Option<Vec<u8>>,
+    requester_key: Option<Vec<u8>>,
+}
+
+macro_rules! consent_columns {
+    () => {
+        "id, kind, server_id, tool, payload, state, created_ms, expires_ms, answered_ms, answer, \
+         requester_key"
+    };
+}
+
+impl TryFrom<ConsentRow> for ConsentRequest {
+    type Error = StoreError;
+
+    fn try_from(row: ConsentRow) -> Result<Self> {
+        let kind = ConsentKind::parse(&row.kind)
+            .ok_or_else(|| corrupt("consent_requests", "unknown kind"))?;
+        let state = ConsentState::parse(&row.state)
+            .ok_or_else(|| corrupt("consent_requests", "unknown state"))?;
+        check_json("consent_requests", "payload", &row.payload)?;
+        if row.answer.is_some() && state != ConsentState::Answered {
+            return Err(corrupt(
+                "consent_requests",
+                "answer on a request not answered",
+            ));
+        }
+        Ok(ConsentRequest {
+            id: row.id,
+            kind,
+            server_id: row.server_id,
+            tool: row.tool,
+            payload_json: row.payload,
+            state,
+            created_ms: non_negative("consent_requests", "created_ms", row.created_ms)?,
+            expires_ms: row.expires_ms,
+            answered_ms: row.answered_ms,
+            sealed_answer: row.answer,
+            requester_key: row.requester_key,
+        })
+    }
+}
+
+impl Store {
+    /// Creates a pending request; returns its id.
+    pub async fn create_consent(&self, request: &NewConsent) -> Result<i64> {
+        check_json("consent_requests", "payload", &request.payload_json)
+            .map_err(|_| StoreError::Invalid("consent payload is not valid JSON"))?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO consent_requests (kind, server_id, tool, payload, state, created_ms, \
+                                           expires_ms, requester_key) \
+             VALUES (?, ?, ?, ?, 'pending', ?, ?, ?) RETURNING id",
+        )
+        .bind(request.kind.as_str())
+        .bind(&request.server_id)
+        .bind(&request.tool)
+        .bind(&request.payload_json)
+        .bind(request.created_ms)
+        .bind(request.expires_ms)
+        .bind(&request.requester_key)
+        .fetch_one(self.pool())
+        .await?;
+        Ok(id)
+    }
+
+    /// One request.
+    pub async fn get_consent(&self, id: i64) -> Result<Option<ConsentRequest>> {
+        let row: Option<ConsentRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            consent_columns!(),
+            " FROM consent_requests WHERE id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(self.pool())
+        .await?;
+        row.map(ConsentRequest::try_from).transpose()
+    }
+
+    /// Requests in `state` (all states when `None`), oldest first.
+    pub async fn list_consents(
+        &self,
+        state: Option<ConsentState>,
+        limit: u32,
+    ) -> Result<Vec<ConsentRequest>> {
+        let rows: Vec<ConsentRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            consent_columns!(),
+            " FROM consent_requests WHERE (?1 IS NULL OR state = ?1) \
+              ORDER BY created_ms, id LIMIT ?2"
+        ))
+        .bind(state.map(ConsentState::as_str))
+        .bind(i64::from(limit))
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter().map(ConsentRequest::try_from).collect()
+    }
+
+    /// Answers a pending request with a sealed answer. False when it was no
+    /// longer pending (already answered, declined or expired).
+    pub async fn answer_consent(&self, id: i64, sealed_answer: &[u8], now_ms: i64) -> Result<bool> {
+        if sealed_answer.is_empty() {
+            return Err(StoreError::Invalid("sealed answer is empty"));
+        }
+        let done = sqlx::query(
+            "UPDATE consent_requests SET state = 'answered', answer = ?, answered_ms = ? \
+             WHERE id = ? AND state = 'pending'",
+        )
+        .bind(sealed_answer)
+        .bind(now_ms)
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Hands the sealed answer to the waiting process once and erases it
+    /// from the database. `None` when unanswered or already taken.
+    pub async fn take_consent_answer(&self, id: i64) -> Result<Option<Vec<u8>>> {
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let answer: Option<Option<Vec<u8>>> = sqlx::query_scalar(
+            "SELECT answer FROM consent_requests WHERE id = ? AND state = 'answered'",
+        )
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(Some(answer)) = answer else {
+            return Ok(None);
+        };
+        sqlx::query("UPDATE consent_requests SET answer = NULL WHERE id = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(answer))
+    }
+
+    /// Declines a pending request. False when it was no longer pending.
+    pub async fn decline_consent(&self, id: i64, now_ms: i64) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE consent_requests SET state = 'declined', answered_ms = ? \
+             WHERE id = ? AND state = 'pending'",
+        )
+        .bind(now_ms)
+        .bind(id)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Marks pending requests past their expiry as expired; returns how many.
+    pub async fn expire_consents(&self, now_ms: i64) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE consent_requests SET state = 'expired', answered_ms = ? \
+             WHERE state = 'pending' AND expires_ms IS NOT NULL AND expires_ms <= ?",
+        )
+        .bind(now_ms)
+        .bind(now_ms)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Deletes settled requests created before `before_ms`; returns how many.
+    pub async fn prune_consents(&self, before_ms: i64) -> Result<u64> {
+        let done =
+            sqlx::query("DELETE FROM consent_requests WHERE state != 'pending' AND created_ms < ?")
+                .bind(before_ms)
+                .execute(self.pool())
+                .await?;
+        Ok(done.rows_affected())
+    }
+}

@@ -1,0 +1,336 @@
+//! Opening the database: files and permissions, pragmas, the migration lock,
+//! the schema-version check, and the pool.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fs4::fs_std::FileExt;
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Connection};
+
+use crate::error::{Result, StoreError};
+use crate::home;
+
+/// The database file's name inside `GATEHOUSE_HOME`.
+pub const DB_FILE: &str = "gatehouse.db";
+/// The lock file held while migrating.
+pub const LOCK_FILE: &str = "migrate.lock";
+
+static MIGRATOR: Migrator = sqlx::migrate!();
+
+/// The newest schema version this binary knows (the highest migration).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// How a [`Store`] connects. `Default` is the hot-path profile of
+/// `gatehouse wrap`.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// How long one statement waits for another process's lock before the
+    /// call fails with [`StoreError::Busy`] (default 50 ms).
+    pub busy_timeout: Duration,
+    /// How long a call waits for a free pooled connection (default 1 s;
+    /// exceeded → [`StoreError::Busy`]).
+    pub acquire_timeout: Duration,
+    /// Pool size (default 4).
+    pub max_connections: u32,
+    /// How long opening waits for the migration lock and for migrations of
+    /// another process (default 10 s).
+    pub migrate_timeout: Duration,
+    /// Identical events within this slot are counted on one row
+    /// (default 1000 ms; 0 turns aggregation off).
+    pub event_aggregation_ms: i64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            busy_timeout: Duration::from_millis(50),
+            acquire_timeout: Duration::from_secs(1),
+            max_connections: 4,
+            migrate_timeout: Duration::from_secs(10),
+            event_aggregation_ms: 1000,
+        }
+    }
+}
+
+impl StoreOptions {
+    /// The control plane's profile: longer waits, more connections; nothing
+    /// it does is on a relay's hot path.
+    pub fn control_plane() -> Self {
+        Self {
+            busy_timeout: Duration::from_secs(2),
+            acquire_timeout: Duration::from_secs(5),
+            max_connections: 8,
+            ..Self::default()
+        }
+    }
+}
+
+/// Handle to the shared database. Cheap to clone; all clones share one pool.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: SqlitePool,
+    /// A connection that never writes, for `PRAGMA data_version` (whose value
+    /// only changes between calls on one connection).
+    poll: tokio::sync::Mutex<Option<SqliteConnection>>,
+    poll_options: SqliteConnectOptions,
+    options: StoreOptions,
+    path: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) `home/gatehouse.db`: makes `home` 0700 and
+    /// the database files 0600, migrates under `home/migrate.lock`, refuses
+    /// a newer schema with [`StoreError::NewerSchema`].
+    pub async fn open(home_dir: &Path, options: StoreOptions) -> Result<Store> {
+        home::ensure_private_dir(home_dir)?;
+        let path = home_dir.join(DB_FILE);
+        create_private_file(&path)?;
+
+        let base = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .foreign_keys(true)
+            .synchronous(SqliteSynchronous::Normal);
+
+        migrate(home_dir, &base, &options).await?;
+
+        let pooled = base.clone().busy_timeout(options.busy_timeout);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .min_connections(0)
+            .acquire_timeout(options.acquire_timeout)
+            .test_before_acquire(false)
+            .connect_with(pooled.clone())
+            .await?;
+        for suffix in ["", "-wal", "-shm"] {
+            let file = sibling(&path, suffix);
+            if file.exists() {
+                home::make_private_file(&file)?;
+            }
+        }
+        Ok(Store::from_parts(pool, pooled, options, Some(path)))
+    }
+
+    /// A private in-memory database, migrated; for tests.
+    pub async fn open_in_memory() -> Result<Store> {
+        Self::open_in_memory_with(StoreOptions::default()).await
+    }
+
+    /// [`Store::open_in_memory`] with explicit options.
+    pub async fn open_in_memory_with(options: StoreOptions) -> Result<Store> {
+        // A uniquely named shared-cache memory database: every connection of
+        // this store (the pool's one and the poller) sees the same data.
+        let connect = SqliteConnectOptions::from_str("sqlite::memory:")?
+            .foreign_keys(true)
+            .busy_timeout(options.busy_timeout);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(options.acquire_timeout)
+            .test_before_acquire(false)
+            .connect_with(connect.clone())
+            .await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(Store::from_parts(pool, connect, options, None))
+    }
+
+    fn from_parts(
+        pool: SqlitePool,
+        poll_options: SqliteConnectOptions,
+        options: StoreOptions,
+        path: Option<PathBuf>,
+    ) -> Store {
+        Store {
+            inner: Arc::new(Inner {
+                pool,
+                poll: tokio::sync::Mutex::new(None),
+                poll_options,
+                options,
+                path,
+            }),
+        }
+    }
+
+    /// The pool, for the control plane's own read queries.
+    pub fn pool(&self) -> &SqlitePool {
+        &self.inner.pool
+    }
+
+    /// The database file, `None` in memory.
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    pub(crate) fn options(&self) -> &StoreOptions {
+        &self.inner.options
+    }
+
+    /// SQLite's `PRAGMA data_version` on a connection reserved for polling:
+    /// it changes whenever any process (or another connection of this store)
+    /// commits. Compare successive values from one `Store`; the number itself
+    /// means nothing across stores.
+    pub async fn data_version(&self) -> Result<i64> {
+        let mut guard = self.inner.poll.lock().await;
+        let conn = match &mut *guard {
+            Some(conn) => conn,
+            slot => slot.insert(self.inner.poll_options.connect().await?),
+        };
+        let version: i64 = sqlx::query_scalar("PRAGMA data_version")
+            .fetch_one(&mut *conn)
+            .await?;
+        Ok(version)
+    }
+
+    /// The schema version recorded in the database.
+    pub async fn schema_version(&self) -> Result<i64> {
+        let mut conn = self.inner.pool.acquire().await?;
+        Ok(recorded_version(&mut conn).await?.unwrap_or(0))
+    }
+
+    /// Closes the pool and the polling connection.
+    pub async fn close(&self) {
+        if let Some(conn) = self.inner.poll.lock().await.take() {
+            let _ = conn.close().await;
+        }
+        self.inner.pool.close().await;
+    }
+}
+
+/// Highest successfully applied migration, `None` before the first.
+async fn recorded_version(conn: &mut SqliteConnection) -> Result<Option<i64>> {
+    let has_table: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations')",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if !has_table {
+        return Ok(None);
+    }
+    let version: Option<i64> =
+        sqlx::query_scalar("SELECT MAX(version) FROM _sqlx_migrations WHERE success = 1")
+            .fetch_one(&mut *conn)
+            .await?;
+    Ok(version)
+}
+
+fn check_not_newer(found: Option<i64>) -> Result<()> {
+    match found {
+        Some(found) if found > SCHEMA_VERSION => Err(StoreError::NewerSchema {
+            found,
+            supported: SCHEMA_VERSION,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Brings the schema up to date. The common case (already current, in WAL)
+/// takes no lock; otherwise one process at a time migrates, under an
+/// exclusive lock on `home/migrate.lock`.
+async fn migrate(
+    home_dir: &Path,
+    base: &SqliteConnectOptions,
+    options: &StoreOptions,
+) -> Result<()> {
+    let mut conn = base
+        .clone()
+        .busy_timeout(options.migrate_timeout)
+        .connect()
+        .await?;
+    let found = recorded_version(&mut conn).await?;
+    check_not_newer(found)?;
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&mut conn)
+        .await?;
+    if found == Some(SCHEMA_VERSION) && mode.eq_ignore_ascii_case("wal") {
+        conn.close().await?;
+        return Ok(());
+    }
+
+    let lock = lock_file(&home_dir.join(LOCK_FILE), options.migrate_timeout).await?;
+    let result = migrate_locked(&mut conn, found).await;
+    let _ = conn.close().await;
+    drop(lock);
+    result
+}
+
+async fn migrate_locked(conn: &mut SqliteConnection, before_lock: Option<i64>) -> Result<()> {
+    // Another process may have migrated while we waited for the lock.
+    let found = recorded_version(conn).await?;
+    check_not_newer(found)?;
+    if found.is_none() && before_lock.is_none() {
+        // Only effective before the first table exists.
+        sqlx::query("PRAGMA auto_vacuum = INCREMENTAL")
+            .execute(&mut *conn)
+            .await?;
+    }
+    let _: String = sqlx::query_scalar("PRAGMA journal_mode = WAL")
+        .fetch_one(&mut *conn)
+        .await?;
+    MIGRATOR.run(&mut *conn).await?;
+    Ok(())
+}
+
+/// An exclusive lock on `path`, held until the returned file drops.
+async fn lock_file(path: &Path, timeout: Duration) -> Result<std::fs::File> {
+    create_private_file(path)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        if file.try_lock_exclusive()? {
+            return Ok(file);
+        }
+        if Instant::now() >= deadline {
+            return Err(StoreError::Busy);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Creates `path` as an empty 0600 file if it does not exist, so SQLite never
+/// creates it with the umask's permissions (its -wal/-shm files copy the
+/// main file's mode).
+fn create_private_file(path: &Path) -> Result<()> {
+    let mut open = std::fs::OpenOptions::new();
+    open.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        open.mode(0o600);
+    }
+    match open.open(path) {
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(err) => return Err(err.into()),
+    }
+    home::make_private_file(path)?;
+    Ok(())
+}
+
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}

@@ -1,0 +1,515 @@
+//! `pins`: per (server, tool) the approved hash and what waits for a person.
+//!
+//! Every row carries an HMAC-SHA256 over all its fields, keyed by the
+//! caller's per-install [`MacKey`]. A row whose MAC does not verify is
+//! reported (`Pin::mac_valid == false`) and grants nothing: its approved
+//! hash is never trusted and is not carried into a rewritten row.
+
+use sqlx::SqliteConnection;
+
+use crate::db::Store;
+use crate::error::{corrupt, Result, StoreError};
+use crate::mac::{self, Field, MacKey};
+use crate::tools::{validate_seen, SeenTool};
+use crate::util::check_json;
+
+const DOMAIN: &str = "gatehouse.pins.v1";
+
+/// State of a pin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PinState {
+    /// The approved hash may be used.
+    Trusted,
+    /// A changed or new definition waits for approval.
+    Held,
+    /// A definition with serious findings waits for review.
+    Quarantined,
+    /// A person rejected the pending definition.
+    Rejected,
+}
+
+impl PinState {
+    /// Stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PinState::Trusted => "trusted",
+            PinState::Held => "held",
+            PinState::Quarantined => "quarantined",
+            PinState::Rejected => "rejected",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "trusted" => Some(PinState::Trusted),
+            "held" => Some(PinState::Held),
+            "quarantined" => Some(PinState::Quarantined),
+            "rejected" => Some(PinState::Rejected),
+            _ => None,
+        }
+    }
+}
+
+/// The two waiting states [`Store::hold_tool`] can set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldState {
+    Held,
+    Quarantined,
+}
+
+impl From<HoldState> for PinState {
+    fn from(state: HoldState) -> Self {
+        match state {
+            HoldState::Held => PinState::Held,
+            HoldState::Quarantined => PinState::Quarantined,
+        }
+    }
+}
+
+/// A pin as read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pin {
+    pub server_id: String,
+    pub tool: String,
+    /// What the row claims; see [`Pin::trusted_hash`] for what to act on.
+    pub state: PinState,
+    pub approved_hash: Option<String>,
+    /// Hash version of `approved_hash` (of `pending_hash` while nothing was
+    /// ever approved).
+    pub hash_version: i64,
+    pub pending_hash: Option<String>,
+    /// Scanner findings for a quarantined definition (JSON).
+    pub findings_json: Option<String>,
+    pub pinned_at_ms: i64,
+    pub updated_ms: i64,
+    /// False when the MAC does not verify: the row grants nothing and the
+    /// caller reports it.
+    pub mac_valid: bool,
+}
+
+impl Pin {
+    /// The hash that may be used: only for a trusted row with a valid MAC.
+    pub fn trusted_hash(&self) -> Option<&str> {
+        if self.mac_valid && self.state == PinState::Trusted {
+            self.approved_hash.as_deref()
+        } else {
+            None
+        }
+    }
+
+    /// Whether a definition with `hash` is approved by this pin.
+    pub fn is_trusted(&self, hash: &str) -> bool {
+        self.trusted_hash() == Some(hash)
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct PinRow {
+    server_id: String,
+    name: String,
+    state: String,
+    approved_hash: Option<String>,
+    hash_version: i64,
+    pending_hash: Option<String>,
+    findings: Option<String>,
+    pinned_at_ms: i64,
+    updated_ms: i64,
+    mac: Vec<u8>,
+}
+
+macro_rules! pin_columns {
+    () => {
+        "server_id, name, state, approved_hash, hash_version, pending_hash, findings, \
+         pinned_at_ms, updated_ms, mac"
+    };
+}
+
+/// The values of a row before its MAC.
+struct PinFields<'a> {
+    server_id: &'a str,
+    name: &'a str,
+    state: PinState,
+    approved_hash: Option<&'a str>,
+    hash_version: i64,
+    pending_hash: Option<&'a str>,
+    findings: Option<&'a str>,
+    pinned_at_ms: i64,
+    updated_ms: i64,
+}
+
+impl PinFields<'_> {
+    fn mac_fields(&self) -> [Field<'_>; 9] {
+        [
+            Field::Str(self.server_id),
+            Field::Str(self.name),
+            Field::Str(self.state.as_str()),
+            Field::OptStr(self.approved_hash),
+            Field::Int(self.hash_version),
+            Field::OptStr(self.pending_hash),
+            Field::OptStr(self.findings),
+            Field::Int(self.pinned_at_ms),
+            Field::Int(self.updated_ms),
+        ]
+    }
+
+    async fn upsert(&self, key: &MacKey, conn: &mut SqliteConnection) -> Result<()> {
+        let tag = mac::compute(key, DOMAIN, &self.mac_fields());
+        sqlx::query(
+            "INSERT INTO pins (server_id, name, state, approved_hash, hash_version, pending_hash, \
+                               findings, pinned_at_ms, updated_ms, mac) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (server_id, name) DO UPDATE SET state = excluded.state, \
+                 approved_hash = excluded.approved_hash, hash_version = excluded.hash_version, \
+                 pending_hash = excluded.pending_hash, findings = excluded.findings, \
+                 pinned_at_ms = excluded.pinned_at_ms, updated_ms = excluded.updated_ms, \
+                 mac = excluded.mac",
+        )
+        .bind(self.server_id)
+        .bind(self.name)
+        .bind(self.state.as_str())
+        .bind(self.approved_hash)
+        .bind(self.hash_version)
+        .bind(self.pending_hash)
+        .bind(self.findings)
+        .bind(self.pinned_at_ms)
+        .bind(self.updated_ms)
+        .bind(tag)
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+}
+
+fn parse(key: &MacKey, row: PinRow) -> Result<Pin> {
+    let state = PinState::parse(&row.state).ok_or_else(|| corrupt("pins", "unknown state"))?;
+    if let Some(findings) = &row.findings {
+        check_json("pins", "findings", findings)?;
+    }
+    let fields = PinFields {
+        server_id: &row.server_id,
+        name: &row.name,
+        state,
+        approved_hash: row.approved_hash.as_deref(),
+        hash_version: row.hash_version,
+        pending_hash: row.pending_hash.as_deref(),
+        findings: row.findings.as_deref(),
+        pinned_at_ms: row.pinned_at_ms,
+        updated_ms: row.updated_ms,
+    };
+    let mac_valid = mac::verify(key, DOMAIN, &fields.mac_fields(), &row.mac);
+    if !mac_valid {
+        tracing::warn!(
+            table = "pins",
+            "pin row failed its MAC check; treating it as not approved"
+        );
+    }
+    Ok(Pin {
+        server_id: row.server_id,
+        tool: row.name,
+        state,
+        approved_hash: row.approved_hash,
+        hash_version: row.hash_version,
+        pending_hash: row.pending_hash,
+        findings_json: row.findings,
+        pinned_at_ms: row.pinned_at_ms,
+        updated_ms: row.updated_ms,
+        mac_valid,
+    })
+}
+
+async fn read_pin(
+    key: &MacKey,
+    conn: &mut SqliteConnection,
+    server_id: &str,
+    name: &str,
+) -> Result<Option<Pin>> {
+    let row: Option<PinRow> = sqlx::query_as(concat!(
+        "SELECT ",
+        pin_columns!(),
+        " FROM pins WHERE server_id = ? AND name = ?"
+    ))
+    .bind(server_id)
+    .bind(name)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.map(|row| parse(key, row)).transpose()
+}
+
+/// The hash version recorded for a seen definition, `None` if never seen.
+async fn seen_version(
+    conn: &mut SqliteConnection,
+    server_id: &str,
+    name: &str,
+    hash: &str,
+) -> Result<Option<i64>> {
+    let version = sqlx::query_scalar(
+        "SELECT hash_version FROM tools WHERE server_id = ? AND name = ? AND hash = ?",
+    )
+    .bind(server_id)
+    .bind(name)
+    .bind(hash)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(version)
+}
+
+fn unknown_hash(server_id: &str, name: &str) -> StoreError {
+    StoreError::UnknownToolHash {
+        server_id: server_id.to_owned(),
+        tool: name.to_owned(),
+    }
+}
+
+impl Store {
+    /// Records the definitions of one `tools/list` answer and returns, per
+    /// tool in order, its pin before this call (`None` = never pinned). One
+    /// transaction for the whole list.
+    pub async fn record_seen_tools(
+        &self,
+        key: &MacKey,
+        tools: &[SeenTool],
+        now_ms: i64,
+    ) -> Result<Vec<Option<Pin>>> {
+        for tool in tools {
+            validate_seen(tool)?;
+        }
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let mut pins = Vec::with_capacity(tools.len());
+        for tool in tools {
+            sqlx::query(
+                "INSERT INTO tools (server_id, name, hash, hash_version, definition, first_seen_ms) \
+                 VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (server_id, name, hash) DO NOTHING",
+            )
+            .bind(&tool.server_id)
+            .bind(&tool.name)
+            .bind(&tool.hash)
+            .bind(tool.hash_version)
+            .bind(&tool.definition_json)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+            pins.push(read_pin(key, &mut tx, &tool.server_id, &tool.name).await?);
+        }
+        tx.commit().await?;
+        Ok(pins)
+    }
+
+    /// [`Store::record_seen_tools`] for one tool.
+    pub async fn record_seen_tool(
+        &self,
+        key: &MacKey,
+        tool: &SeenTool,
+        now_ms: i64,
+    ) -> Result<Option<Pin>> {
+        let mut pins = self
+            .record_seen_tools(key, std::slice::from_ref(tool), now_ms)
+            .await?;
+        Ok(pins.pop().flatten())
+    }
+
+    /// Trusts a tool seen in the server's first session: inserts a trusted
+    /// pin for `hash` only if the tool has no pin yet. True when it pinned.
+    /// Fails with [`StoreError::UnknownToolHash`] unless the definition was
+    /// recorded first.
+    pub async fn pin_first_sight(
+        &self,
+        key: &MacKey,
+        server_id: &str,
+        name: &str,
+        hash: &str,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let version = seen_version(&mut tx, server_id, name, hash)
+            .await?
+            .ok_or_else(|| unknown_hash(server_id, name))?;
+        let exists: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pins WHERE server_id = ? AND name = ?)",
+        )
+        .bind(server_id)
+        .bind(name)
+        .fetch_one(&mut *tx)
+        .await?;
+        if exists {
+            return Ok(false);
+        }
+        PinFields {
+            server_id,
+            name,
+            state: PinState::Trusted,
+            approved_hash: Some(hash),
+            hash_version: version,
+            pending_hash: None,
+            findings: None,
+            pinned_at_ms: now_ms,
+            updated_ms: now_ms,
+        }
+        .upsert(key, &mut tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Holds or quarantines a tool at `pending_hash` (which must have been
+    /// recorded). A previously approved hash is kept only if its row's MAC
+    /// verifies; `findings_json` is stored for quarantined tools.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn hold_tool(
+        &self,
+        key: &MacKey,
+        server_id: &str,
+        name: &str,
+        pending_hash: &str,
+        state: HoldState,
+        findings_json: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Pin> {
+        if let Some(findings) = findings_json {
+            check_json("pins", "findings", findings)
+                .map_err(|_| StoreError::Invalid("findings are not valid JSON"))?;
+        }
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let pending_version = seen_version(&mut tx, server_id, name, pending_hash)
+            .await?
+            .ok_or_else(|| unknown_hash(server_id, name))?;
+        let previous = read_pin(key, &mut tx, server_id, name).await?;
+        let kept = previous.as_ref().filter(|pin| pin.mac_valid);
+        let approved_hash = kept.and_then(|pin| pin.approved_hash.as_deref());
+        let (hash_version, pinned_at_ms) = match (kept, approved_hash) {
+            (Some(pin), Some(_)) => (pin.hash_version, pin.pinned_at_ms),
+            _ => (pending_version, now_ms),
+        };
+        PinFields {
+            server_id,
+            name,
+            state: state.into(),
+            approved_hash,
+            hash_version,
+            pending_hash: Some(pending_hash),
+            findings: findings_json,
+            pinned_at_ms,
+            updated_ms: now_ms,
+        }
+        .upsert(key, &mut tx)
+        .await?;
+        let pin = read_pin(key, &mut tx, server_id, name)
+            .await?
+            .ok_or(StoreError::NotFound { what: "pin" })?;
+        tx.commit().await?;
+        Ok(pin)
+    }
+
+    /// Approves exactly `hash` for a tool: the pin becomes trusted at that
+    /// hash. Refused with [`StoreError::UnknownToolHash`] if that hash was
+    /// never seen for that tool (a person approves what they were shown).
+    pub async fn approve_tool(
+        &self,
+        key: &MacKey,
+        server_id: &str,
+        name: &str,
+        hash: &str,
+        now_ms: i64,
+    ) -> Result<Pin> {
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let version = seen_version(&mut tx, server_id, name, hash)
+            .await?
+            .ok_or_else(|| unknown_hash(server_id, name))?;
+        PinFields {
+            server_id,
+            name,
+            state: PinState::Trusted,
+            approved_hash: Some(hash),
+            hash_version: version,
+            pending_hash: None,
+            findings: None,
+            pinned_at_ms: now_ms,
+            updated_ms: now_ms,
+        }
+        .upsert(key, &mut tx)
+        .await?;
+        let pin = read_pin(key, &mut tx, server_id, name)
+            .await?
+            .ok_or(StoreError::NotFound { what: "pin" })?;
+        tx.commit().await?;
+        Ok(pin)
+    }
+
+    /// Rejects a tool's pending definition: its calls stay blocked until an
+    /// approval or a reset. Fails with `NotFound` when the tool has no pin.
+    pub async fn reject_tool(
+        &self,
+        key: &MacKey,
+        server_id: &str,
+        name: &str,
+        now_ms: i64,
+    ) -> Result<Pin> {
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let previous = read_pin(key, &mut tx, server_id, name)
+            .await?
+            .ok_or(StoreError::NotFound { what: "pin" })?;
+        let approved_hash = previous
+            .approved_hash
+            .as_deref()
+            .filter(|_| previous.mac_valid);
+        PinFields {
+            server_id,
+            name,
+            state: PinState::Rejected,
+            approved_hash,
+            hash_version: previous.hash_version,
+            pending_hash: previous.pending_hash.as_deref(),
+            findings: previous.findings_json.as_deref(),
+            pinned_at_ms: previous.pinned_at_ms,
+            updated_ms: now_ms,
+        }
+        .upsert(key, &mut tx)
+        .await?;
+        let pin = read_pin(key, &mut tx, server_id, name)
+            .await?
+            .ok_or(StoreError::NotFound { what: "pin" })?;
+        tx.commit().await?;
+        Ok(pin)
+    }
+
+    /// Deletes a tool's pin so the next sight pins again. Definitions stay.
+    /// True if a pin existed.
+    pub async fn reset_pin(&self, server_id: &str, name: &str) -> Result<bool> {
+        let done = sqlx::query("DELETE FROM pins WHERE server_id = ? AND name = ?")
+            .bind(server_id)
+            .bind(name)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// One tool's pin.
+    pub async fn get_pin(&self, key: &MacKey, server_id: &str, name: &str) -> Result<Option<Pin>> {
+        let mut conn = self.pool().acquire().await?;
+        read_pin(key, &mut conn, server_id, name).await
+    }
+
+    /// Every pin of a server, by tool name.
+    pub async fn pins_of_server(&self, key: &MacKey, server_id: &str) -> Result<Vec<Pin>> {
+        let rows: Vec<PinRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            pin_columns!(),
+            " FROM pins WHERE server_id = ? ORDER BY name"
+        ))
+        .bind(server_id)
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter().map(|row| parse(key, row)).collect()
+    }
+
+    /// Every pin, by server then tool.
+    pub async fn all_pins(&self, key: &MacKey) -> Result<Vec<Pin>> {
+        let rows: Vec<PinRow> = sqlx::query_as(concat!(
+            "SELECT ",
+            pin_columns!(),
+            " FROM pins ORDER BY server_id, name"
+        ))
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter().map(|row| parse(key, row)).collect()
+    }
+}
