@@ -238,6 +238,12 @@ pub(crate) fn sanitize_message(message: &str) -> String {
         }
     }
     out.push_str(rest);
+    // Unknown enum values are values, not names: drop them.
+    if let Some(after) = out.strip_prefix("unknown variant `") {
+        if let Some(end) = after.find('`') {
+            out = format!("unknown value{}", &after[end + 1..]);
+        }
+    }
     // Backtick-quoted values (unknown variants/fields) are names, but cap them.
     let mut capped = String::with_capacity(out.len());
     for (i, part) in out.split('`').enumerate() {

@@ -385,7 +385,17 @@ impl CrossServer {
         let server = server.into();
         let mut cpm: Option<u64> = None;
         let mut burst: Option<u64> = None;
-        for layer in &self.rate_layers {
+        let layered = self.rate_layers.len() > 1;
+        for (i, layer) in self.rate_layers.iter().enumerate() {
+            let floor = layered && i == 0;
+            let (layer_cpm, layer_burst) = if floor {
+                (
+                    layer.calls_per_minute.or(Some(defaults::RATE_CPM)),
+                    layer.burst.or(Some(defaults::RATE_BURST)),
+                )
+            } else {
+                (layer.calls_per_minute, layer.burst)
+            };
             let matching: Vec<&RateOverride> = layer
                 .overrides
                 .iter()
@@ -394,10 +404,10 @@ impl CrossServer {
                 .collect();
             let o_cpm = matching.iter().filter_map(|o| o.calls_per_minute).min();
             let o_burst = matching.iter().filter_map(|o| o.burst).min();
-            if let Some(v) = o_cpm.or(layer.calls_per_minute) {
+            if let Some(v) = o_cpm.or(layer_cpm) {
                 cpm = Some(cpm.map_or(v, |c| c.min(v)));
             }
-            if let Some(v) = o_burst.or(layer.burst) {
+            if let Some(v) = o_burst.or(layer_burst) {
                 burst = Some(burst.map_or(v, |b| b.min(v)));
             }
         }
@@ -471,6 +481,8 @@ pub struct Policy {
     pub(crate) rules: Vec<ArgRule>,
     /// (layer, key, entry), in layer order.
     pub(crate) servers: Vec<(usize, String, ServerEntry)>,
+    /// Whether a base was merged (its effective values are the floor).
+    pub(crate) layered: bool,
     /// Tool-list handling.
     pub tool_lists: ToolListSettings,
     /// Pinning.
@@ -622,6 +634,54 @@ impl Policy {
 
         for (i, layer) in layers.iter().enumerate() {
             m.layer = i;
+            if i == 1 {
+                // With a base, the base's *effective* values (defaults filled
+                // in) are the floor: a local file cannot loosen a key the
+                // base left at its default.
+                macro_rules! floor {
+                    ($($var:ident = $value:expr),+ $(,)?) => { $( $var = $var.or(Some($value)); )+ };
+                }
+                use defaults as d;
+                floor!(
+                    mode = d::MODE,
+                    fail_closed = false,
+                    lock = false,
+                    refresh = d::REFRESH_SECS,
+                    max_tools = d::MAX_TOOLS,
+                    on_change = OnChange::Block,
+                    auto_first = true,
+                    launch = true,
+                    on_launch = OnLaunchChange::Hold,
+                    defs = true,
+                    outs = true,
+                    result_action = ResultAction::Block,
+                    spotlight = false,
+                    elicit = AllowDecline::Allow,
+                    sensitive = SensitiveFields::Route,
+                    sampling = AllowDecline::Allow,
+                    ctx = SamplingContext::Strip,
+                    roots = AllowDecline::Allow,
+                    frame = d::MAX_FRAME,
+                    budget = d::SCAN_BUDGET_MS,
+                    busy = d::DB_BUSY_MS,
+                    retention = d::RETENTION_DAYS,
+                    db_max = d::DB_MAX_MB,
+                    rts_mode = FlowMode::Linked,
+                    rts_window = d::FLOW_WINDOW,
+                    flow_mode = FlowMode::Linked,
+                    flow_window = d::FLOW_WINDOW,
+                    same_turn = true,
+                    burst_on = true,
+                    burst_max = d::BURST_MAX,
+                    burst_window = d::BURST_WINDOW,
+                    cooldown = d::BURST_COOLDOWN,
+                    rate_on = true,
+                    ty_names = true,
+                    ty_pkgs = true,
+                    ty_nt = d::SIMILARITY,
+                    ty_pt = d::SIMILARITY,
+                );
+            }
             let r = &layer.raw;
             m.max(&mut mode, r.mode.map(Mode::from), "mode");
             m.max(&mut fail_closed, r.fail_closed, "fail_closed");
@@ -674,6 +734,11 @@ impl Policy {
                         .filter(|(_, k, _)| k == key)
                         .filter_map(|(_, _, e)| e.trust)
                         .max();
+                    let old = if i > 0 {
+                        Some(old.unwrap_or(Trust::Untrusted))
+                    } else {
+                        old
+                    };
                     if let Some(old) = old.filter(|o| *o > new) {
                         m.note(
                             &format!("servers.{key}.trust"),
@@ -868,6 +933,7 @@ impl Policy {
             tool_allow,
             rules,
             servers,
+            layered: layers.len() > 1,
             tool_lists: ToolListSettings {
                 lock_tool_list: lock.unwrap_or(false),
                 refresh_coalesce: secs(refresh.unwrap_or(d::REFRESH_SECS)),
@@ -1109,6 +1175,14 @@ impl Policy {
     fn entries(&self, server: &ServerRef<'_>) -> (Trust, Vec<&Globs>) {
         let mut trust: Option<Trust> = None;
         let mut lists = Vec::new();
+        let base_says = self
+            .servers
+            .iter()
+            .any(|(layer, key, e)| *layer == 0 && server.is_key(key) && e.trust.is_some());
+        if self.layered && !base_says {
+            // The base left this server at the default: that is the floor.
+            trust = Some(Trust::Untrusted);
+        }
         for (_, key, e) in &self.servers {
             if server.is_key(key) {
                 if let Some(t) = e.trust {

@@ -1,0 +1,419 @@
+//! Policy decisions through one data-driven helper:
+//! `check(policy_toml, input, expect)`.
+//!
+//! input:  `call SERVER[#ID] TOOL [sha256:…] JSON` | `launch SERVER[#ID] COMMAND [RESOLVED]` | `list SERVER[#ID] TOOL`
+//! expect: `allow` | `audit RULE` | `block RULE` (calls, launches) and `shown` | `hidden` (lists).
+
+use gatehouse_config::{check_text, Decision, Policy, ServerRef};
+
+fn policy(text: &str) -> Policy {
+    match check_text("test.toml", text) {
+        Ok(loaded) => loaded.policy,
+        Err(e) => panic!("test policy must be valid:\n{e}\n---\n{text}"),
+    }
+}
+
+fn server(spec: &str) -> ServerRef<'_> {
+    match spec.split_once('#') {
+        Some((name, id)) => ServerRef::new(name, id),
+        None => ServerRef::from(spec),
+    }
+}
+
+fn render(d: &Decision) -> String {
+    match d {
+        Decision::Allow => "allow".to_owned(),
+        Decision::Audit { rule, .. } => format!("audit {rule}"),
+        Decision::Block { rule, .. } => format!("block {rule}"),
+    }
+}
+
+fn evaluate(p: &Policy, input: &str) -> String {
+    let mut words = input.splitn(3, ' ');
+    let kind = words.next().unwrap_or_default();
+    let srv = words.next().unwrap_or_default();
+    let rest = words.next().unwrap_or_default();
+    match kind {
+        "call" => {
+            let (tool, rest) = rest.split_once(' ').unwrap_or((rest, "{}"));
+            let (hash, json) = match rest.strip_prefix("sha256:") {
+                Some(r) => {
+                    let (h, j) = r.split_once(' ').unwrap_or((r, "{}"));
+                    (Some(format!("sha256:{h}")), j)
+                }
+                None => (None, rest),
+            };
+            let args: serde_json::Value =
+                serde_json::from_str(json).expect("test arguments are JSON");
+            render(&p.tool_decision(server(srv), tool, hash.as_deref(), &args))
+        }
+        "launch" => {
+            let (command, resolved) = match rest.split_once(' ') {
+                Some((c, r)) => (c, Some(r)),
+                None => (rest, None),
+            };
+            render(&p.server_decision(server(srv), command, resolved))
+        }
+        "list" => if p.tool_exposed(server(srv), rest) {
+            "shown"
+        } else {
+            "hidden"
+        }
+        .to_owned(),
+        other => panic!("unknown input kind {other}"),
+    }
+}
+
+#[track_caller]
+fn check(policy_toml: &str, input: &str, expect: &str) {
+    let p = policy(policy_toml);
+    let got = evaluate(&p, input);
+    assert_eq!(got, expect, "input `{input}` under policy:\n{policy_toml}");
+}
+
+const H1: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+const H2: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+#[test]
+fn empty_policy_allows_everything() {
+    check(
+        "",
+        "call any read_file {\"path\":\"/home/u/.ssh/id_rsa\"}",
+        "allow",
+    );
+    check("", "launch any npx", "allow");
+    check("", "list any anything", "shown");
+}
+
+#[test]
+fn server_deny_and_allow_by_glob() {
+    let deny = "[server_policy]\nmode = \"denylist\"\ndeny = [\"evil-*\"]\n";
+    check(deny, "launch evil-notes npx", "block server_policy.deny");
+    check(deny, "launch notes npx", "allow");
+    check(deny, "launch notes#evil-id npx", "block server_policy.deny");
+
+    let allow = "[server_policy]\nmode = \"allowlist\"\nallow = [\"github\", \"internal-*\"]\ndeny = [\"internal-old\"]\n";
+    check(allow, "launch github npx", "allow");
+    check(allow, "launch internal-db uvx", "allow");
+    check(allow, "launch internal-old uvx", "block server_policy.deny");
+    check(allow, "launch gitlab npx", "block server_policy.allow");
+    check(allow, "launch mine#github npx", "allow");
+}
+
+#[test]
+fn command_allowlist_by_name_and_path() {
+    let p = "[server_policy]\nallowed_commands = [\"npx\", \"uvx\", \"/opt/mcp/*\"]\n";
+    check(p, "launch a npx", "allow");
+    check(p, "launch a npx.cmd", "allow");
+    check(p, "launch a /opt/mcp/server", "allow");
+    check(
+        p,
+        "launch a /opt/mcp/sub/server",
+        "block server_policy.allowed_commands",
+    );
+    check(
+        p,
+        "launch a /tmp/evil/npx",
+        "block server_policy.allowed_commands",
+    );
+    check(p, "launch a node", "block server_policy.allowed_commands");
+    check(p, "launch a mcp-bin /opt/mcp/mcp-bin", "allow");
+}
+
+#[test]
+fn tool_denylist_and_blocked_tools() {
+    let p = r#"
+[tool_policy]
+mode = "denylist"
+blocked_tools = ["execute_command", "run_*"]
+deny = [{ server = "web*", tool = "fetch_url" }, { tool = "exec_*" }]
+"#;
+    check(
+        p,
+        "call any execute_command {}",
+        "block tool_policy.blocked_tools",
+    );
+    check(
+        p,
+        "call any run_shell {}",
+        "block tool_policy.blocked_tools",
+    );
+    check(p, "call web-search fetch_url {}", "block tool_policy.deny");
+    check(p, "call notes fetch_url {}", "allow");
+    check(p, "call notes exec_js {}", "block tool_policy.deny");
+    check(p, "list any run_x", "hidden");
+    check(p, "list web fetch_url", "hidden");
+    check(p, "list notes fetch_url", "shown");
+}
+
+#[test]
+fn tool_allowlist_with_content_hash() {
+    let p = format!(
+        r#"
+[tool_policy]
+mode = "allowlist"
+allow = [{{ server = "db", tool = "query_*" }}, {{ server = "notes", tool = "read_note", content_hash = "{H1}" }}]
+"#
+    );
+    check(&p, "call db query_users {}", "allow");
+    check(&p, "call db drop_table {}", "block tool_policy.allow");
+    check(&p, &format!("call notes read_note {H1} {{}}"), "allow");
+    check(
+        &p,
+        &format!("call notes read_note {H2} {{}}"),
+        "block tool_policy.content_hash",
+    );
+    check(
+        &p,
+        "call notes read_note {}",
+        "block tool_policy.content_hash",
+    );
+    check(&p, "list notes read_note", "shown");
+    check(&p, "list notes write_note", "hidden");
+}
+
+#[test]
+fn hash_specific_deny_only_blocks_that_version() {
+    let p = format!("[tool_policy]\nmode = \"denylist\"\ndeny = [{{ tool = \"t\", content_hash = \"{H1}\" }}]\n");
+    check(&p, &format!("call s t {H1} {{}}"), "block tool_policy.deny");
+    check(&p, &format!("call s t {H2} {{}}"), "allow");
+    check(&p, "list s t", "shown");
+}
+
+const SSH_RULES: &str = r#"
+[[rules]]
+id = "no-ssh"
+tool_name_any = ["read_file", "read_text_file", "write_file"]
+argument_patterns = ["**/.ssh/**"]
+decision = "block"
+reason = "SSH keys are off limits"
+
+[[rules]]
+id = "audit-etc"
+tool_name = "read_*"
+argument_patterns = { path = "/etc/**" }
+decision = "audit"
+
+[[rules]]
+id = "allow-tmp"
+tool_name_regex = "read_(file|text_file)"
+argument_patterns = { path = ["/tmp/**", "/var/tmp/**"] }
+decision = "allow"
+"#;
+
+#[test]
+fn argument_rules_most_restrictive_wins() {
+    check(
+        SSH_RULES,
+        r#"call fs read_file {"path":"/home/u/.ssh/id_rsa"}"#,
+        "block rules.no-ssh",
+    );
+    check(
+        SSH_RULES,
+        r#"call fs read_file {"path":"~/.ssh/config"}"#,
+        "block rules.no-ssh",
+    );
+    check(
+        SSH_RULES,
+        r#"call fs write_file {"path":"notes.txt","content":"x","extra":{"p":["/root/.ssh/authorized_keys"]}}"#,
+        "block rules.no-ssh",
+    );
+    check(
+        SSH_RULES,
+        r#"call fs read_file {"path":"/etc/hosts"}"#,
+        "audit rules.audit-etc",
+    );
+    check(SSH_RULES, r#"call fs read_file {"path":"/tmp/x"}"#, "allow");
+    // Allow never overrides: /tmp path under .ssh is still blocked.
+    check(
+        SSH_RULES,
+        r#"call fs read_file {"path":"/tmp/.ssh/x"}"#,
+        "block rules.no-ssh",
+    );
+    // `path` is named, so /etc in another argument does not trigger audit-etc.
+    check(
+        SSH_RULES,
+        r#"call fs read_file {"other":"/etc/hosts"}"#,
+        "allow",
+    );
+    check(
+        SSH_RULES,
+        r#"call fs list_directory {"path":"/home/u/.ssh"}"#,
+        "allow",
+    );
+    // Regex is anchored: `xread_file` is not `read_file`.
+    check(
+        SSH_RULES,
+        r#"call fs xread_file {"path":"/home/u/.ssh/id"}"#,
+        "allow",
+    );
+}
+
+#[test]
+fn rule_server_glob_limits_rule() {
+    let p = r#"
+[[rules]]
+id = "fs-only"
+server = "filesystem*"
+tool_name = "*"
+argument_patterns = ["**/.aws/**"]
+decision = "block"
+"#;
+    check(
+        p,
+        r#"call filesystem read {"p":"/home/u/.aws/credentials"}"#,
+        "block rules.fs-only",
+    );
+    check(
+        p,
+        r#"call notes read {"p":"/home/u/.aws/credentials"}"#,
+        "allow",
+    );
+}
+
+#[test]
+fn restricted_server_exposes_only_allowlist() {
+    let p = r#"
+[servers."third-party"]
+trust = "restricted"
+tool_allowlist = ["search", "fetch_*"]
+
+[servers."empty"]
+trust = "restricted"
+"#;
+    check(p, "list third-party search", "shown");
+    check(p, "list third-party fetch_doc", "shown");
+    check(p, "list third-party delete_all", "hidden");
+    check(
+        p,
+        "call third-party delete_all {}",
+        "block trust.restricted",
+    );
+    check(p, "call third-party search {}", "allow");
+    check(p, "list empty anything", "hidden");
+    check(p, "call other delete_all {}", "allow");
+    // An entry keyed by the opaque id applies too.
+    check(p, "list renamed#third-party delete_all", "hidden");
+}
+
+#[test]
+fn blocked_tools_beat_everything_in_order() {
+    let p = r#"
+[tool_policy]
+mode = "allowlist"
+blocked_tools = ["danger"]
+allow = [{ tool = "*" }]
+
+[[rules]]
+id = "a"
+tool_name = "danger"
+decision = "audit"
+"#;
+    check(p, "call s danger {}", "block tool_policy.blocked_tools");
+    check(p, "call s other {}", "allow");
+}
+
+#[test]
+fn server_settings_trust_switches() {
+    let p = policy(
+        r#"
+[requests]
+sampling = "decline"
+
+[servers."mine"]
+trust = "trusted"
+env = { LOG_LEVEL = "debug", GITHUB_TOKEN = "vault:GITHUB_TOKEN" }
+pass_env = ["HTTPS_PROXY"]
+
+[servers."jail"]
+trust = "restricted"
+tool_allowlist = ["x"]
+
+[cross_server.rate_limit]
+calls_per_minute = 60
+per_server = { "mine" = { burst = 5 } }
+"#,
+    );
+    let mine = p.server_settings("mine");
+    assert!(
+        !mine.rate_limited && !mine.burst_checked && !mine.flow_checked,
+        "trusted skips rate, burst, flow"
+    );
+    assert!(mine.pin_at_first_sight);
+    assert!(
+        mine.may_elicit && !mine.may_sample,
+        "sampling declined by [requests] for everyone"
+    );
+    assert_eq!(mine.rate_limit.calls_per_minute, 60);
+    assert_eq!(mine.rate_limit.burst, 5, "override applies");
+    assert_eq!(
+        mine.env.get("GITHUB_TOKEN"),
+        Some(&gatehouse_config::EnvValue::Vault("GITHUB_TOKEN".into()))
+    );
+    assert!(mine.pass_env.contains("HTTPS_PROXY"));
+
+    let jail = p.server_settings("jail");
+    assert!(
+        !jail.may_elicit && !jail.may_sample && !jail.may_list_roots,
+        "restricted never elicits, samples, lists roots"
+    );
+    assert!(jail.rate_limited && jail.burst_checked && jail.flow_checked);
+
+    let other = p.server_settings("other");
+    assert_eq!(
+        other.trust,
+        gatehouse_config::Trust::Untrusted,
+        "default trust is untrusted"
+    );
+    assert_eq!(other.rate_limit.burst, 20);
+}
+
+#[test]
+fn classification_overrides_collect_every_class() {
+    let p =
+        policy("[cross_server.classification]\n\"mail_*\" = \"send\"\n\"mail_read*\" = \"read\"\n");
+    use gatehouse_config::ToolClass::*;
+    assert_eq!(
+        p.cross_server.classification_override("mail_out"),
+        vec![Send]
+    );
+    assert_eq!(
+        p.cross_server.classification_override("mail_read_inbox"),
+        vec![Read, Send]
+    );
+    assert!(p.cross_server.classification_override("other").is_empty());
+}
+
+#[test]
+fn result_action_only_for_high_and_critical() {
+    use gatehouse_config::{ResultAction, Severity};
+    let p = policy("");
+    assert_eq!(
+        p.scanner.result_action_for(Severity::Critical),
+        ResultAction::Block
+    );
+    assert_eq!(
+        p.scanner.result_action_for(Severity::High),
+        ResultAction::Block
+    );
+    assert_eq!(
+        p.scanner.result_action_for(Severity::Medium),
+        ResultAction::Alert
+    );
+    let p = policy("[scanner]\nresult_action = \"alert\"\n");
+    assert_eq!(
+        p.scanner.result_action_for(Severity::Critical),
+        ResultAction::Alert
+    );
+}
+
+#[test]
+fn audit_mode_is_reported_and_decisions_unchanged() {
+    let p = policy("mode = \"audit\"\n[tool_policy]\nblocked_tools = [\"x\"]\n");
+    assert!(p.is_audit_only());
+    assert!(
+        p.tool_decision("s", "x", None, &serde_json::json!({}))
+            .is_block(),
+        "audit mode still reports Block; the engine records it as would-block"
+    );
+}
