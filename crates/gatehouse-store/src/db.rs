@@ -251,42 +251,51 @@ async fn migrate(
     base: &SqliteConnectOptions,
     options: &StoreOptions,
 ) -> Result<()> {
-    let mut conn = base
-        .clone()
-        .busy_timeout(options.migrate_timeout)
-        .connect()
+    // One connection, as a pool so the migrator's future stays `Send`.
+    let single = SqlitePoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(options.migrate_timeout)
+        .connect_with(base.clone().busy_timeout(options.migrate_timeout))
         .await?;
-    let found = recorded_version(&mut conn).await?;
-    check_not_newer(found)?;
-    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
-        .fetch_one(&mut conn)
-        .await?;
-    if found == Some(SCHEMA_VERSION) && mode.eq_ignore_ascii_case("wal") {
-        conn.close().await?;
-        return Ok(());
-    }
-
-    let lock = lock_file(&home_dir.join(LOCK_FILE), options.migrate_timeout).await?;
-    let result = migrate_locked(&mut conn, found).await;
-    let _ = conn.close().await;
-    drop(lock);
+    let result = migrate_with(home_dir, &single, options).await;
+    single.close().await;
     result
 }
 
-async fn migrate_locked(conn: &mut SqliteConnection, before_lock: Option<i64>) -> Result<()> {
-    // Another process may have migrated while we waited for the lock.
-    let found = recorded_version(conn).await?;
-    check_not_newer(found)?;
-    if found.is_none() && before_lock.is_none() {
-        // Only effective before the first table exists.
-        sqlx::query("PRAGMA auto_vacuum = INCREMENTAL")
-            .execute(&mut *conn)
+async fn migrate_with(home_dir: &Path, single: &SqlitePool, options: &StoreOptions) -> Result<()> {
+    let (found, mode) = {
+        let mut conn = single.acquire().await?;
+        let found = recorded_version(&mut conn).await?;
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut *conn)
             .await?;
+        (found, mode)
+    };
+    check_not_newer(found)?;
+    if found == Some(SCHEMA_VERSION) && mode.eq_ignore_ascii_case("wal") {
+        return Ok(());
     }
-    let _: String = sqlx::query_scalar("PRAGMA journal_mode = WAL")
-        .fetch_one(&mut *conn)
-        .await?;
-    MIGRATOR.run(&mut *conn).await?;
+
+    let _lock = lock_file(&home_dir.join(LOCK_FILE), options.migrate_timeout).await?;
+    // Another process may have migrated while we waited for the lock.
+    let found = {
+        let mut conn = single.acquire().await?;
+        let found = recorded_version(&mut conn).await?;
+        check_not_newer(found)?;
+        if found.is_none() {
+            // Only effective before the first table exists.
+            sqlx::query("PRAGMA auto_vacuum = INCREMENTAL")
+                .execute(&mut *conn)
+                .await?;
+        }
+        let _: String = sqlx::query_scalar("PRAGMA journal_mode = WAL")
+            .fetch_one(&mut *conn)
+            .await?;
+        found
+    };
+    if found != Some(SCHEMA_VERSION) {
+        MIGRATOR.run(single).await?;
+    }
     Ok(())
 }
 
@@ -333,4 +342,270 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{mem, TempHome};
+    use crate::{Action, NewEvent, Severity};
+
+    #[cfg(unix)]
+    fn mode_of(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path)
+            .expect("file exists")
+            .permissions()
+            .mode()
+            & 0o777
+    }
+
+    fn event(time_ms: i64) -> NewEvent {
+        NewEvent::new(
+            time_ms,
+            "frame_dropped",
+            Action::Block,
+            Severity::High,
+            "test",
+        )
+    }
+
+    #[tokio::test]
+    async fn fresh_home_is_migrated_in_wal() {
+        let tmp = TempHome::new();
+        let store = tmp.open().await;
+        assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
+        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(mode, "wal", "the shared database must run in WAL mode");
+        let vacuum: i64 = sqlx::query_scalar("PRAGMA auto_vacuum")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(
+            vacuum, 2,
+            "incremental auto_vacuum lets pruning shrink the file"
+        );
+        assert_eq!(store.path(), Some(tmp.home().join(DB_FILE).as_path()));
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn home_and_files_are_private() {
+        let tmp = TempHome::new();
+        let store = tmp.open().await;
+        store.insert_event(&event(1)).await.unwrap();
+        let db = tmp.home().join(DB_FILE);
+        assert_eq!(mode_of(&tmp.home()), 0o700, "home must be 0700");
+        for suffix in ["", "-wal", "-shm"] {
+            let file = sibling(&db, suffix);
+            assert!(
+                file.exists(),
+                "{suffix} file should exist after a write in WAL mode"
+            );
+            assert_eq!(
+                mode_of(&file),
+                0o600,
+                "database file {suffix:?} must be 0600"
+            );
+        }
+        assert_eq!(
+            mode_of(&tmp.home().join(LOCK_FILE)),
+            0o600,
+            "lock file must be 0600"
+        );
+    }
+
+    #[tokio::test]
+    async fn reopening_keeps_data() {
+        let tmp = TempHome::new();
+        let first = tmp.open().await;
+        first.set_meta("install_id", "abc").await.unwrap();
+        first.close().await;
+        let second = tmp.open().await;
+        assert_eq!(
+            second.get_meta("install_id").await.unwrap().as_deref(),
+            Some("abc")
+        );
+    }
+
+    #[tokio::test]
+    async fn newer_schema_is_refused() {
+        let tmp = TempHome::new();
+        let store = tmp.open().await;
+        sqlx::query(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+             VALUES (999, 'from the future', 1, x'00', 0)",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        store.close().await;
+        let err = Store::open(&tmp.home(), StoreOptions::default())
+            .await
+            .expect_err("a schema from a newer binary must be refused");
+        assert!(
+            matches!(
+                err,
+                StoreError::NewerSchema {
+                    found: 999,
+                    supported: SCHEMA_VERSION
+                }
+            ),
+            "expected NewerSchema, got {err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn concurrent_first_opens_migrate_once() {
+        for _round in 0..5 {
+            let tmp = TempHome::new();
+            let home = tmp.home();
+            let mut tasks = Vec::new();
+            for _ in 0..6 {
+                let home = home.clone();
+                tasks.push(tokio::spawn(async move {
+                    Store::open(&home, crate::test_support::patient()).await
+                }));
+            }
+            let mut stores = Vec::new();
+            for task in tasks {
+                stores.push(task.await.unwrap().expect("every concurrent open succeeds"));
+            }
+            let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations")
+                .fetch_one(stores[0].pool())
+                .await
+                .unwrap();
+            assert_eq!(
+                applied,
+                MIGRATOR.iter().count() as i64,
+                "each migration applied once"
+            );
+        }
+    }
+
+    #[test]
+    fn futures_are_send() {
+        // Compile-time: callers spawn these on a multi-threaded runtime.
+        fn assert_send<T: Send>(_: &T) {}
+        let home = PathBuf::from("/nonexistent");
+        let open = Store::open(&home, StoreOptions::default());
+        assert_send(&open);
+        drop(open);
+    }
+
+    #[test]
+    fn schema_version_matches_the_migrations() {
+        let newest = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+        assert_eq!(
+            newest, SCHEMA_VERSION,
+            "bump SCHEMA_VERSION with every migration"
+        );
+    }
+
+    #[test]
+    fn migrations_only_add() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code: String = text
+                .lines()
+                .map(|line| line.split("--").next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join("\n")
+                .to_ascii_uppercase();
+            for banned in ["DROP ", "RENAME", "DELETE FROM", "UPDATE "] {
+                assert!(
+                    !code.contains(banned),
+                    "{} uses {banned:?}: migrations may only add",
+                    path.display()
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn data_version_changes_when_another_store_commits() {
+        let tmp = TempHome::new();
+        let watcher = tmp.open().await;
+        let writer = tmp.open().await;
+        let before = watcher.data_version().await.unwrap();
+        assert_eq!(
+            watcher.data_version().await.unwrap(),
+            before,
+            "no commit, no change"
+        );
+        writer.insert_event(&event(5)).await.unwrap();
+        let after = watcher.data_version().await.unwrap();
+        assert_ne!(
+            after, before,
+            "a commit by another process must change data_version"
+        );
+        // The watcher's own pool counts as another connection too.
+        watcher.set_meta("k", "v").await.unwrap();
+        assert_ne!(watcher.data_version().await.unwrap(), after);
+    }
+
+    #[tokio::test]
+    async fn data_version_works_in_memory() {
+        let store = mem().await;
+        let before = store.data_version().await.unwrap();
+        store.set_meta("k", "v").await.unwrap();
+        assert_ne!(
+            store.data_version().await.unwrap(),
+            before,
+            "in-memory commits are seen"
+        );
+    }
+
+    #[tokio::test]
+    async fn busy_past_budget_is_a_typed_error() {
+        let tmp = TempHome::new();
+        let store = tmp.open().await; // 50 ms budget
+        let mut holder = SqliteConnectOptions::new()
+            .filename(tmp.home().join(DB_FILE))
+            .connect()
+            .await
+            .unwrap();
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let err = store
+            .insert_event(&event(1))
+            .await
+            .expect_err("writer lock is held");
+        assert!(
+            matches!(err, StoreError::Busy),
+            "expected Busy, got {err:?}"
+        );
+        let err = store
+            .check_and_record_call(
+                "s",
+                10,
+                1000,
+                crate::NewCall {
+                    server_id: "a".into(),
+                    ..Default::default()
+                },
+                |_| crate::CallDecision::allow(()),
+            )
+            .await
+            .expect_err("check-and-record must not wait past the budget");
+        assert!(
+            matches!(err, StoreError::Busy),
+            "expected Busy, got {err:?}"
+        );
+        sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+        // Reads are not blocked by a writer in WAL mode, and nothing was written.
+        assert_eq!(store.latest_event_id().await.unwrap(), 0);
+        assert!(store.window_entries("s", 0).await.unwrap().is_empty());
+        store
+            .insert_event(&event(2))
+            .await
+            .expect("lock released, write succeeds");
+    }
 }

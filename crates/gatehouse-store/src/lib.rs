@@ -47,6 +47,8 @@ mod modes;
 mod pins;
 mod rate_buckets;
 mod servers;
+#[cfg(test)]
+mod test_support;
 mod tools;
 mod ui_sessions;
 mod util;

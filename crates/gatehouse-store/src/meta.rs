@@ -51,3 +51,33 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::test_support::mem;
+
+    #[tokio::test]
+    async fn meta_round_trip() {
+        let store = mem().await;
+        assert_eq!(store.get_meta("policy").await.unwrap(), None);
+        store.set_meta("policy", "a").await.unwrap();
+        store.set_meta("policy", "b").await.unwrap();
+        assert_eq!(
+            store.get_meta("policy").await.unwrap().as_deref(),
+            Some("b"),
+            "set replaces"
+        );
+        assert_eq!(
+            store.init_meta("install_id", "first").await.unwrap(),
+            "first"
+        );
+        assert_eq!(
+            store.init_meta("install_id", "second").await.unwrap(),
+            "first",
+            "init keeps the first value"
+        );
+        assert!(store.delete_meta("policy").await.unwrap());
+        assert!(!store.delete_meta("policy").await.unwrap(), "already gone");
+        assert_eq!(store.get_meta("policy").await.unwrap(), None);
+    }
+}

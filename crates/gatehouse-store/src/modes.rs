@@ -135,3 +135,52 @@ impl Store {
         rows.into_iter().map(|row| parse(key, row)).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{key, mem};
+
+    #[tokio::test]
+    async fn modes_round_trip_and_tamper() {
+        let store = mem().await;
+        let key = key();
+        assert_eq!(store.get_server_mode(&key, "s").await.unwrap(), None);
+        store
+            .set_server_mode(&key, "s", ServerMode::Restricted, 10)
+            .await
+            .unwrap();
+        store
+            .set_server_mode(&key, "t", ServerMode::Normal, 10)
+            .await
+            .unwrap();
+        let record = store.get_server_mode(&key, "s").await.unwrap().unwrap();
+        assert_eq!(record.effective(), Some(ServerMode::Restricted));
+        // Someone with file access flips "restricted" to "paused".
+        sqlx::query("UPDATE server_modes SET mode = 'paused' WHERE server_id = 's'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        let record = store.get_server_mode(&key, "s").await.unwrap().unwrap();
+        assert!(!record.mac_valid, "an edited mode must fail its MAC");
+        assert_eq!(
+            record.effective(),
+            None,
+            "a forged pause must not take effect"
+        );
+        let other = MacKey::new([1; 32]);
+        let all = store.list_server_modes(&other).await.unwrap();
+        assert!(
+            all.iter().all(|r| !r.mac_valid),
+            "another install's key verifies nothing"
+        );
+        sqlx::query("UPDATE server_modes SET mode = 'asleep'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        assert!(
+            store.list_server_modes(&key).await.is_err(),
+            "unknown mode is a corrupt row"
+        );
+    }
+}

@@ -164,7 +164,8 @@ impl Store {
                 "server id and command hash are required",
             ));
         }
-        check_json("servers", "argv_json", &server.argv_json)?;
+        check_json("servers", "argv_json", &server.argv_json)
+            .map_err(|_| crate::StoreError::Invalid("argv is not a JSON value"))?;
         sqlx::query(
             "INSERT INTO servers (id, origin, display_name, client, config_path, scope, entry_name, \
                                   command_hash, argv_json, cwd, first_seen_ms, last_seen_ms) \
@@ -321,5 +322,234 @@ impl Store {
         .fetch_all(self.pool())
         .await?;
         rows.into_iter().map(Server::try_from).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{mem, patient, TempHome};
+    use crate::StoreError;
+
+    fn entry(id: &str, hash: &str) -> NewServer {
+        NewServer {
+            id: id.into(),
+            display_name: "GitHub".into(),
+            client: "cursor".into(),
+            config_path: "/home/u/.cursor/mcp.json".into(),
+            scope: "user".into(),
+            entry_name: "github".into(),
+            command_hash: hash.into(),
+            argv_json: r#"["npx","-y","@modelcontextprotocol/server-github"]"#.into(),
+            cwd: Some("/home/u".into()),
+        }
+    }
+
+    #[tokio::test]
+    async fn register_and_read_back() {
+        let store = mem().await;
+        store
+            .register_protected_server(&entry("srv1", "h1"), 100)
+            .await
+            .unwrap();
+        store
+            .register_protected_server(&entry("srv2", "h1"), 110)
+            .await
+            .unwrap();
+        let server = store.get_server("srv1").await.unwrap().expect("registered");
+        assert_eq!(server.origin, ServerOrigin::Protect);
+        assert_eq!(server.command_hash, "h1");
+        assert_eq!(server.entry_name.as_deref(), Some("github"));
+        assert_eq!(server.launch, None, "no launch recorded yet");
+        assert_eq!((server.first_seen_ms, server.last_seen_ms), (100, 100));
+        // Re-protecting keeps first_seen and takes the new hash.
+        store
+            .register_protected_server(&entry("srv1", "h2"), 200)
+            .await
+            .unwrap();
+        let server = store.get_server("srv1").await.unwrap().unwrap();
+        assert_eq!(
+            (
+                server.command_hash.as_str(),
+                server.first_seen_ms,
+                server.last_seen_ms
+            ),
+            ("h2", 100, 200)
+        );
+        let ids: Vec<_> = store
+            .list_servers()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(ids, ["srv1", "srv2"]);
+        let same: Vec<_> = store
+            .servers_with_command_hash("h1")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(same, ["srv2"]);
+        assert!(store.get_server("nope").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn register_refuses_bad_input() {
+        let store = mem().await;
+        let mut bad = entry("x", "h");
+        bad.argv_json = "[not json".into();
+        assert!(matches!(
+            store.register_protected_server(&bad, 1).await,
+            Err(StoreError::Invalid(_))
+        ));
+        assert!(matches!(
+            store.register_protected_server(&entry("", "h"), 1).await,
+            Err(StoreError::Invalid(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn identity_binds_on_first_sight() {
+        let store = mem().await;
+        let check = |id: &'static str, hash: &'static str, now: i64| {
+            let store = store.clone();
+            async move { store.check_identity(id, hash, now).await.unwrap() }
+        };
+        assert_eq!(check("a", "h1", 10).await, Identity::FirstSeen);
+        assert_eq!(check("a", "h1", 20).await, Identity::Match);
+        assert_eq!(
+            check("a", "evil", 30).await,
+            Identity::Mismatch {
+                recorded_hash: "h1".into()
+            },
+            "a different command must not share the id"
+        );
+        let server = store.get_server("a").await.unwrap().unwrap();
+        assert_eq!(server.origin, ServerOrigin::Wrap);
+        assert_eq!(
+            server.last_seen_ms, 20,
+            "a mismatch must not refresh last_seen"
+        );
+        // A protected server's registered hash is the binding.
+        store
+            .register_protected_server(&entry("p", "hp"), 1)
+            .await
+            .unwrap();
+        assert_eq!(check("p", "hp", 5).await, Identity::Match);
+        assert_eq!(
+            check("p", "hx", 5).await,
+            Identity::Mismatch {
+                recorded_hash: "hp".into()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn identity_race_has_one_winner() {
+        let tmp = TempHome::new();
+        for round in 0..10 {
+            let id = format!("srv{round}");
+            let mut tasks = Vec::new();
+            for k in 0..6 {
+                let store = tmp.open_with(patient()).await;
+                let id = id.clone();
+                tasks.push(tokio::spawn(async move {
+                    let hash = format!("h{k}");
+                    (
+                        hash.clone(),
+                        store.check_identity(&id, &hash, 1).await.unwrap(),
+                    )
+                }));
+            }
+            let mut results = Vec::new();
+            for task in tasks {
+                results.push(task.await.unwrap());
+            }
+            let winners: Vec<_> = results
+                .iter()
+                .filter(|(_, r)| *r == Identity::FirstSeen)
+                .collect();
+            assert_eq!(
+                winners.len(),
+                1,
+                "round {round}: exactly one process binds the id"
+            );
+            let bound = winners[0].0.clone();
+            for (hash, result) in &results {
+                if *hash != bound {
+                    assert_eq!(
+                        *result,
+                        Identity::Mismatch {
+                            recorded_hash: bound.clone()
+                        }
+                    );
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn record_launch_returns_previous() {
+        let store = mem().await;
+        assert!(matches!(
+            store.record_launch("ghost", &LaunchPin::default(), 1).await,
+            Err(StoreError::NotFound { .. })
+        ));
+        store
+            .register_protected_server(&entry("s", "h"), 1)
+            .await
+            .unwrap();
+        let first = LaunchPin {
+            exe_path: Some("/usr/bin/node".into()),
+            exe_hash: Some("e1".into()),
+            script_hash: Some("s1".into()),
+            package_spec: Some("@scope/pkg@1.2.3".into()),
+        };
+        assert_eq!(
+            store.record_launch("s", &first, 5).await.unwrap(),
+            None,
+            "first launch has no previous"
+        );
+        let second = LaunchPin {
+            exe_hash: Some("e2".into()),
+            ..first.clone()
+        };
+        assert_eq!(
+            store.record_launch("s", &second, 6).await.unwrap(),
+            Some(first)
+        );
+        let server = store.get_server("s").await.unwrap().unwrap();
+        assert_eq!(server.launch, Some(second));
+        assert_eq!(server.launch_recorded_ms, Some(6));
+    }
+
+    #[tokio::test]
+    async fn corrupt_rows_are_errors() {
+        let store = mem().await;
+        store
+            .register_protected_server(&entry("s", "h"), 1)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE servers SET origin = 'martian'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.get_server("s").await,
+            Err(StoreError::CorruptRow {
+                table: "servers",
+                ..
+            })
+        ));
+        sqlx::query("UPDATE servers SET origin = 'wrap', argv_json = '{'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.list_servers().await,
+            Err(StoreError::CorruptRow { .. })
+        ));
     }
 }
