@@ -532,3 +532,466 @@ pub(crate) fn build_event_query(prefix: &str, filter: &EventFilter) -> QueryBuil
         .push_bind(i64::from(filter.limit.min(EventFilter::MAX_LIMIT)));
     sql
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{mem, TempHome};
+    use crate::StoreOptions;
+
+    fn ev(time_ms: i64, ty: &str, server: &str, action: Action, severity: Severity) -> NewEvent {
+        NewEvent {
+            server_id: Some(server.into()),
+            tool: Some("read_file".into()),
+            rule: Some("r1".into()),
+            evidence_json: Some(r#"{"len":3}"#.into()),
+            session: Some("sess".into()),
+            ..NewEvent::new(time_ms, ty, action, severity, "because")
+        }
+    }
+
+    #[tokio::test]
+    async fn floods_fold_into_one_row() {
+        let store = mem().await; // 1000 ms slots
+        let a = store
+            .insert_event(&ev(
+                10_000,
+                "mcp_tool_called",
+                "s",
+                Action::Allow,
+                Severity::Info,
+            ))
+            .await
+            .unwrap();
+        let b = store
+            .insert_event(&ev(
+                10_400,
+                "mcp_tool_called",
+                "s",
+                Action::Allow,
+                Severity::Info,
+            ))
+            .await
+            .unwrap();
+        let c = store
+            .insert_event(&ev(
+                10_999,
+                "mcp_tool_called",
+                "s",
+                Action::Allow,
+                Severity::Info,
+            ))
+            .await
+            .unwrap();
+        assert_eq!((a, b), (a, a), "identical events in one slot share a row");
+        assert_eq!(c, a);
+        let row = store.get_event(a).await.unwrap().unwrap();
+        assert_eq!(
+            (row.count, row.time_ms, row.last_time_ms),
+            (3, 10_000, 10_999)
+        );
+
+        // Anything that differs gets its own row.
+        let block = store
+            .insert_event(&ev(
+                10_500,
+                "mcp_tool_called",
+                "s",
+                Action::Block,
+                Severity::Info,
+            ))
+            .await
+            .unwrap();
+        assert_ne!(block, a, "a block is never folded into allows");
+        let other_server = store
+            .insert_event(&ev(
+                10_500,
+                "mcp_tool_called",
+                "t",
+                Action::Allow,
+                Severity::Info,
+            ))
+            .await
+            .unwrap();
+        assert_ne!(other_server, a);
+        let next_slot = store
+            .insert_event(&ev(
+                11_000,
+                "mcp_tool_called",
+                "s",
+                Action::Allow,
+                Severity::Info,
+            ))
+            .await
+            .unwrap();
+        assert_ne!(next_slot, a, "a new slot starts a new row");
+        assert_eq!(store.latest_event_id().await.unwrap(), next_slot);
+    }
+
+    #[tokio::test]
+    async fn aggregation_can_be_switched_off() {
+        let store = Store::open_in_memory_with(StoreOptions {
+            event_aggregation_ms: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let a = store
+            .insert_event(&ev(1, "frame_dropped", "s", Action::Block, Severity::High))
+            .await
+            .unwrap();
+        let b = store
+            .insert_event(&ev(1, "frame_dropped", "s", Action::Block, Severity::High))
+            .await
+            .unwrap();
+        assert_ne!(a, b);
+    }
+
+    #[tokio::test]
+    async fn colliding_key_never_folds_different_events() {
+        let store = mem().await;
+        let first = ev(5, "frame_dropped", "s", Action::Block, Severity::High);
+        let a = store.insert_event(&first).await.unwrap();
+        // Forge the stored row to look like another event with the same key.
+        sqlx::query("UPDATE events SET type = 'env_stripped'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        let b = store.insert_event(&first).await.unwrap();
+        assert_ne!(
+            a, b,
+            "the WHERE guard must refuse to fold a different event"
+        );
+        assert_eq!(store.get_event(a).await.unwrap().unwrap().count, 1);
+    }
+
+    #[tokio::test]
+    async fn invalid_events_are_refused() {
+        let store = mem().await;
+        let mut bad = ev(1, "Bad Type", "s", Action::Allow, Severity::Info);
+        assert!(matches!(
+            store.insert_event(&bad).await,
+            Err(StoreError::Invalid(_))
+        ));
+        bad.event_type = "ok_type".into();
+        bad.evidence_json = Some("{nope".into());
+        assert!(matches!(
+            store.insert_event(&bad).await,
+            Err(StoreError::Invalid(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn corrupt_event_rows_are_errors() {
+        let store = mem().await;
+        let id = store
+            .insert_event(&ev(1, "frame_dropped", "s", Action::Block, Severity::High))
+            .await
+            .unwrap();
+        for (sql, why) in [
+            (
+                "UPDATE events SET severity = 'apocalyptic'",
+                "unknown severity",
+            ),
+            (
+                "UPDATE events SET severity = 'high', action = 'smite'",
+                "unknown action",
+            ),
+            (
+                "UPDATE events SET action = 'block', evidence = '{'",
+                "bad evidence",
+            ),
+            ("UPDATE events SET evidence = NULL, count = 0", "zero count"),
+        ] {
+            sqlx::query(sql).execute(store.pool()).await.unwrap();
+            assert!(
+                matches!(
+                    store.get_event(id).await,
+                    Err(StoreError::CorruptRow {
+                        table: "events",
+                        ..
+                    })
+                ),
+                "{why} must be a corrupt-row error"
+            );
+        }
+        sqlx::query("UPDATE events SET count = 'many'")
+            .execute(store.pool())
+            .await
+            .expect_err("STRICT tables refuse a value of the wrong type");
+    }
+
+    /// Inserts a fixed set of events and checks which ids a filter returns.
+    async fn check(store: &Store, filter: EventFilter, expect: &[i64]) {
+        let got: Vec<i64> = store
+            .query_events(&filter)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(got, expect, "filter {filter:?}");
+    }
+
+    #[tokio::test]
+    async fn query_filters() {
+        let store = Store::open_in_memory_with(StoreOptions {
+            event_aggregation_ms: 0,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let rows = [
+            ev(100, "mcp_tool_called", "a", Action::Allow, Severity::Info), // 1
+            ev(
+                200,
+                "mcp_tool_call_intercepted",
+                "a",
+                Action::Block,
+                Severity::High,
+            ), // 2
+            ev(
+                300,
+                "mcp_cross_server_blocked",
+                "b",
+                Action::Block,
+                Severity::Critical,
+            ), // 3
+            ev(400, "mcp_tool_changed", "b", Action::Hold, Severity::Medium), // 4
+            ev(500, "mcp_tool_called", "b", Action::Alert, Severity::Low),  // 5
+        ];
+        for row in &rows {
+            store.insert_event(row).await.unwrap();
+        }
+        let mut other_tool = ev(600, "mcp_tool_called", "a", Action::Allow, Severity::Info);
+        other_tool.tool = Some("send".into());
+        store.insert_event(&other_tool).await.unwrap(); // 6
+
+        check(&store, EventFilter::default(), &[6, 5, 4, 3, 2, 1]).await;
+        check(
+            &store,
+            EventFilter {
+                server_id: Some("a".into()),
+                ..Default::default()
+            },
+            &[6, 2, 1],
+        )
+        .await;
+        check(
+            &store,
+            EventFilter {
+                tool: Some("send".into()),
+                ..Default::default()
+            },
+            &[6],
+        )
+        .await;
+        check(
+            &store,
+            EventFilter {
+                event_type: Some("mcp_tool_called".into()),
+                ..Default::default()
+            },
+            &[6, 5, 1],
+        )
+        .await;
+        check(
+            &store,
+            EventFilter {
+                action: Some(Action::Block),
+                ..Default::default()
+            },
+            &[3, 2],
+        )
+        .await;
+        check(
+            &store,
+            EventFilter {
+                min_severity: Some(Severity::High),
+                ..Default::default()
+            },
+            &[3, 2],
+        )
+        .await;
+        check(
+            &store,
+            EventFilter {
+                min_severity: Some(Severity::Low),
+                ..Default::default()
+            },
+            &[5, 4, 3, 2],
+        )
+        .await;
+        check(
+            &store,
+            EventFilter {
+                since_ms: Some(300),
+                until_ms: Some(500),
+                ..Default::default()
+            },
+            &[4, 3],
+        )
+        .await;
+        check(
+            &store,
+            EventFilter {
+                after_id: Some(3),
+                ..Default::default()
+            },
+            &[4, 5, 6],
+        )
+        .await;
+        check(
+            &store,
+            EventFilter {
+                after_id: Some(3),
+                limit: 2,
+                ..Default::default()
+            },
+            &[4, 5],
+        )
+        .await;
+        check(
+            &store,
+            EventFilter {
+                limit: 2,
+                ..Default::default()
+            },
+            &[6, 5],
+        )
+        .await;
+        check(
+            &store,
+            EventFilter {
+                server_id: Some("b".into()),
+                action: Some(Action::Block),
+                since_ms: Some(250),
+                ..Default::default()
+            },
+            &[3],
+        )
+        .await;
+        let event = store.get_event(2).await.unwrap().unwrap();
+        assert_eq!(event.evidence_json.as_deref(), Some(r#"{"len":3}"#));
+        assert_eq!(event.session.as_deref(), Some("sess"));
+        assert_eq!(event.rule.as_deref(), Some("r1"));
+        assert!(store.get_event(99).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn retention_by_age() {
+        let store = mem().await;
+        let day = 24 * 60 * 60 * 1000;
+        for d in 0..40 {
+            store
+                .insert_event(&ev(
+                    d * day,
+                    "frame_dropped",
+                    "s",
+                    Action::Block,
+                    Severity::High,
+                ))
+                .await
+                .unwrap();
+        }
+        let latest = store.latest_event_id().await.unwrap();
+        let report = store
+            .prune_events(40 * day, &RetentionPolicy::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            report,
+            PruneReport {
+                expired: 10,
+                over_size: 0
+            },
+            "days 0..9 are older than 30 days"
+        );
+        let left = store
+            .query_events(&EventFilter {
+                limit: 1000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(left.len(), 30);
+        assert!(left.iter().all(|e| e.time_ms >= 10 * day));
+        assert_eq!(store.latest_event_id().await.unwrap(), latest);
+        // AUTOINCREMENT: pruning everything never lets an id come back.
+        store
+            .prune_events(1000 * day, &RetentionPolicy::default())
+            .await
+            .unwrap();
+        assert_eq!(store.latest_event_id().await.unwrap(), 0);
+        let id = store
+            .insert_event(&ev(
+                1000 * day,
+                "frame_dropped",
+                "s",
+                Action::Block,
+                Severity::High,
+            ))
+            .await
+            .unwrap();
+        assert!(
+            id > latest,
+            "ids are never reused, so pollers' cursors stay valid"
+        );
+    }
+
+    #[tokio::test]
+    async fn size_cap_removes_oldest_first() {
+        let tmp = TempHome::new();
+        let store = tmp
+            .open_with(StoreOptions {
+                event_aggregation_ms: 0,
+                ..Default::default()
+            })
+            .await;
+        let evidence = format!(r#"{{"blob":"{}"}}"#, "x".repeat(4000));
+        for i in 0..1000 {
+            let mut e = ev(
+                1_000_000 + i,
+                "frame_dropped",
+                "s",
+                Action::Block,
+                Severity::High,
+            );
+            e.evidence_json = Some(evidence.clone());
+            store.insert_event(&e).await.unwrap();
+        }
+        let before = store.used_bytes().await.unwrap();
+        assert!(before > 4_000_000, "about 4 MB of events, got {before}");
+        let cap = 1_000_000;
+        let policy = RetentionPolicy {
+            max_bytes: cap,
+            ..Default::default()
+        };
+        let report = store.prune_events(1_000_000, &policy).await.unwrap();
+        assert_eq!(report.expired, 0);
+        assert!(
+            report.over_size > 500,
+            "most rows must go, removed {}",
+            report.over_size
+        );
+        assert!(
+            store.used_bytes().await.unwrap() <= cap,
+            "under the cap after pruning"
+        );
+        let left = store
+            .query_events(&EventFilter {
+                limit: 10_000,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(left.len() as u64, 1000 - report.over_size);
+        assert_eq!(left[0].time_ms, 1_000_999, "the newest event survives");
+        let oldest_left = left.iter().map(|e| e.time_ms).min().unwrap();
+        assert_eq!(
+            oldest_left,
+            1_000_000 + report.over_size as i64,
+            "oldest went first"
+        );
+    }
+}

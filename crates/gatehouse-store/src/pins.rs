@@ -513,3 +513,361 @@ impl Store {
         rows.into_iter().map(|row| parse(key, row)).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{key, mem};
+
+    fn seen(name: &str, hash: &str) -> SeenTool {
+        SeenTool {
+            server_id: "srv".into(),
+            name: name.into(),
+            hash: hash.into(),
+            hash_version: 1,
+            definition_json: format!(r#"{{"name":"{name}","description":"v {hash}"}}"#),
+        }
+    }
+
+    #[tokio::test]
+    async fn first_sight_then_change_then_approve() {
+        let store = mem().await;
+        let key = key();
+        assert!(store.database_is_fresh().await.unwrap());
+        assert!(!store.has_ever_pinned().await.unwrap());
+
+        let before = store
+            .record_seen_tools(&key, &[seen("read", "h1"), seen("send", "s1")], 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            before,
+            vec![None, None],
+            "nothing pinned before first sight"
+        );
+        assert!(store.has_ever_pinned().await.unwrap());
+        assert!(!store.database_is_fresh().await.unwrap());
+        assert!(store
+            .pin_first_sight(&key, "srv", "read", "h1", 11)
+            .await
+            .unwrap());
+        assert!(
+            !store
+                .pin_first_sight(&key, "srv", "read", "h1", 12)
+                .await
+                .unwrap(),
+            "an existing pin is never replaced by first sight"
+        );
+
+        // Rug pull: the definition changes.
+        let previous = store
+            .record_seen_tool(&key, &seen("read", "h2"), 20)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(previous.is_trusted("h1") && !previous.is_trusted("h2"));
+        let held = store
+            .hold_tool(&key, "srv", "read", "h2", HoldState::Held, None, 21)
+            .await
+            .unwrap();
+        assert_eq!(held.state, PinState::Held);
+        assert_eq!(
+            held.approved_hash.as_deref(),
+            Some("h1"),
+            "hold keeps what was approved"
+        );
+        assert_eq!(held.pending_hash.as_deref(), Some("h2"));
+        assert_eq!(held.trusted_hash(), None, "a held tool trusts nothing");
+        assert_eq!(held.pinned_at_ms, 11);
+
+        // Approving a hash never seen for this tool is refused.
+        let err = store
+            .approve_tool(&key, "srv", "read", "h3", 30)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::UnknownToolHash { .. }),
+            "got {err:?}"
+        );
+        let err = store
+            .approve_tool(&key, "srv", "send", "h2", 30)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::UnknownToolHash { .. }),
+            "a hash seen for another tool must not approve this one: {err:?}"
+        );
+        let approved = store
+            .approve_tool(&key, "srv", "read", "h2", 31)
+            .await
+            .unwrap();
+        assert!(approved.is_trusted("h2"));
+        assert_eq!((approved.pending_hash, approved.pinned_at_ms), (None, 31));
+
+        let versions: Vec<_> = store
+            .tool_versions("srv", "read")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.hash)
+            .collect();
+        assert_eq!(versions, ["h1", "h2"], "both definitions kept for the diff");
+        let def = store
+            .tool_definition("srv", "read", "h1")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(def.definition_json.contains("v h1"));
+        assert_eq!(store.tools_of_server("srv").await.unwrap().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn quarantine_reject_reset() {
+        let store = mem().await;
+        let key = key();
+        store
+            .record_seen_tool(&key, &seen("t", "bad"), 1)
+            .await
+            .unwrap();
+        let err = store
+            .hold_tool(&key, "srv", "t", "never-seen", HoldState::Held, None, 2)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::UnknownToolHash { .. }));
+        let findings = r#"[{"rule":"hidden_instructions","severity":"high"}]"#;
+        let pin = store
+            .hold_tool(
+                &key,
+                "srv",
+                "t",
+                "bad",
+                HoldState::Quarantined,
+                Some(findings),
+                2,
+            )
+            .await
+            .unwrap();
+        assert_eq!(pin.state, PinState::Quarantined);
+        assert_eq!(pin.approved_hash, None, "a new tool has nothing approved");
+        assert_eq!(pin.findings_json.as_deref(), Some(findings));
+        assert!(pin.mac_valid);
+
+        let rejected = store.reject_tool(&key, "srv", "t", 3).await.unwrap();
+        assert_eq!(rejected.state, PinState::Rejected);
+        assert_eq!(rejected.pending_hash.as_deref(), Some("bad"));
+        assert!(!rejected.is_trusted("bad"));
+        assert!(matches!(
+            store.reject_tool(&key, "srv", "missing", 3).await,
+            Err(StoreError::NotFound { .. })
+        ));
+
+        assert_eq!(store.pins_of_server(&key, "srv").await.unwrap().len(), 1);
+        assert!(store.reset_pin("srv", "t").await.unwrap());
+        assert!(!store.reset_pin("srv", "t").await.unwrap());
+        assert_eq!(store.get_pin(&key, "srv", "t").await.unwrap(), None);
+        assert!(
+            store.has_ever_pinned().await.unwrap(),
+            "a reset must not make the database look fresh"
+        );
+        assert!(
+            store
+                .pin_first_sight(&key, "srv", "t", "bad", 4)
+                .await
+                .unwrap(),
+            "reset re-pins"
+        );
+        let bad_json = store
+            .hold_tool(&key, "srv", "t", "bad", HoldState::Held, Some("{oops"), 5)
+            .await;
+        assert!(matches!(bad_json, Err(StoreError::Invalid(_))));
+    }
+
+    /// Runs `sql` (what an attacker with file access does) on a held pin
+    /// and checks whether the row still verifies.
+    async fn check_tamper(sql: &'static str, expect_valid: bool, why: &str) {
+        let store = mem().await;
+        let key = key();
+        store
+            .record_seen_tools(&key, &[seen("x", "good"), seen("x", "evil")], 1)
+            .await
+            .unwrap();
+        store
+            .pin_first_sight(&key, "srv", "x", "good", 2)
+            .await
+            .unwrap();
+        store
+            .hold_tool(&key, "srv", "x", "evil", HoldState::Held, None, 3)
+            .await
+            .unwrap();
+        sqlx::query(sql).execute(store.pool()).await.unwrap();
+        let pin = store.get_pin(&key, "srv", "x").await.unwrap().unwrap();
+        assert_eq!(pin.mac_valid, expect_valid, "{why}: MAC check");
+        if expect_valid {
+            return;
+        }
+        assert_eq!(
+            pin.trusted_hash(),
+            None,
+            "{why}: a tampered row trusts nothing"
+        );
+        assert!(!pin.is_trusted("evil") && !pin.is_trusted("good"), "{why}");
+        let all = store.all_pins(&key).await.unwrap();
+        assert!(!all[0].mac_valid, "{why}: listing reports it too");
+        // Rewriting the row must not launder a forged approval.
+        let rewritten = store
+            .hold_tool(&key, "srv", "x", "evil", HoldState::Held, None, 4)
+            .await
+            .unwrap();
+        assert!(rewritten.mac_valid);
+        assert_eq!(
+            rewritten.approved_hash, None,
+            "{why}: forged approval carried forward"
+        );
+    }
+
+    #[tokio::test]
+    async fn tampered_pins_grant_nothing() {
+        check_tamper(
+            "UPDATE pins SET state = 'trusted', approved_hash = 'evil', pending_hash = NULL",
+            false,
+            "approve the pending hash by hand",
+        )
+        .await;
+        check_tamper(
+            "UPDATE pins SET state = 'trusted'",
+            false,
+            "flip held to trusted",
+        )
+        .await;
+        check_tamper(
+            "UPDATE pins SET pinned_at_ms = 99",
+            false,
+            "change a timestamp",
+        )
+        .await;
+        check_tamper("UPDATE pins SET mac = x'00'", false, "truncate the MAC").await;
+        check_tamper("UPDATE pins SET findings = '[]'", false, "add findings").await;
+        check_tamper(
+            "UPDATE pins SET state = state, mac = mac",
+            true,
+            "control: an identical rewrite still verifies",
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn another_key_verifies_nothing() {
+        let store = mem().await;
+        store
+            .record_seen_tool(&key(), &seen("x", "h"), 1)
+            .await
+            .unwrap();
+        store
+            .pin_first_sight(&key(), "srv", "x", "h", 1)
+            .await
+            .unwrap();
+        let other = MacKey::new([9; 32]);
+        let pin = store.get_pin(&other, "srv", "x").await.unwrap().unwrap();
+        assert!(!pin.mac_valid && pin.trusted_hash().is_none());
+    }
+
+    #[tokio::test]
+    async fn corrupt_pin_state_is_an_error() {
+        let store = mem().await;
+        store
+            .record_seen_tool(&key(), &seen("x", "h"), 1)
+            .await
+            .unwrap();
+        store
+            .pin_first_sight(&key(), "srv", "x", "h", 1)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE pins SET state = 'blessed'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.pins_of_server(&key(), "srv").await,
+            Err(StoreError::CorruptRow { table: "pins", .. })
+        ));
+        sqlx::query("UPDATE tools SET definition = 'not json'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.tool_versions("srv", "x").await,
+            Err(StoreError::CorruptRow { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn seen_tool_input_is_validated() {
+        let store = mem().await;
+        let mut bad = seen("x", "h");
+        bad.definition_json = "{".into();
+        assert!(matches!(
+            store.record_seen_tool(&key(), &bad, 1).await,
+            Err(StoreError::Invalid(_))
+        ));
+        assert!(matches!(
+            store.record_tool_definition(&bad, 1).await,
+            Err(StoreError::Invalid(_))
+        ));
+        assert!(
+            store
+                .record_tool_definition(&seen("x", "h"), 1)
+                .await
+                .unwrap(),
+            "new definition"
+        );
+        assert!(
+            !store
+                .record_tool_definition(&seen("x", "h"), 2)
+                .await
+                .unwrap(),
+            "known definition"
+        );
+        let fresh_with_protect = {
+            store
+                .register_protected_server(
+                    &crate::NewServer {
+                        id: "p".into(),
+                        command_hash: "c".into(),
+                        argv_json: "[]".into(),
+                        ..Default::default()
+                    },
+                    1,
+                )
+                .await
+                .unwrap();
+            store.database_is_fresh().await.unwrap()
+        };
+        assert!(!fresh_with_protect);
+    }
+
+    #[tokio::test]
+    async fn protect_registration_alone_is_not_fresh() {
+        let store = mem().await;
+        store.check_identity("w", "c", 1).await.unwrap();
+        assert!(
+            store.database_is_fresh().await.unwrap(),
+            "a server bound by wrap alone does not make a database trustworthy"
+        );
+        store
+            .register_protected_server(
+                &crate::NewServer {
+                    id: "p".into(),
+                    command_hash: "c".into(),
+                    argv_json: "[]".into(),
+                    ..Default::default()
+                },
+                1,
+            )
+            .await
+            .unwrap();
+        assert!(
+            !store.database_is_fresh().await.unwrap(),
+            "protect ran against this database"
+        );
+    }
+}
