@@ -1,0 +1,246 @@
+//! Discovery: which clients are installed, their config files, servers,
+//! protection state, plain-text secrets (names only) and blockers.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::doc::ConfigDoc;
+use crate::entry::EntryKind;
+use crate::home::HomeDirs;
+use crate::table::{ClientSpec, CLIENTS};
+
+/// A config file to look at.
+#[derive(Debug, Clone)]
+pub struct ConfigFile {
+    /// Its client.
+    pub client: &'static ClientSpec,
+    /// Path as found.
+    pub path: PathBuf,
+    /// The project root for project-scope files.
+    pub project: Option<PathBuf>,
+}
+
+/// A server as `gatehouse clients` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DetectedServer {
+    /// Entry name.
+    pub name: String,
+    /// `user`, `project`, `local:<project>`.
+    pub scope: String,
+    /// `stdio`, `remote`, `extension`, `unknown`.
+    pub transport: &'static str,
+    /// The opaque id when wrapped by Gatehouse.
+    pub protected: Option<String>,
+    /// Names of plain-text secrets (never values).
+    pub secrets: Vec<String>,
+    /// The entry uses `envFile` (reported, not rewritten).
+    pub env_file: bool,
+    /// Why it cannot be wrapped.
+    pub blocker: Option<String>,
+}
+
+/// One config file's findings.
+#[derive(Debug, Clone, Serialize)]
+pub struct DetectedFile {
+    /// Path.
+    pub path: PathBuf,
+    /// `file:line:col: message` when it does not parse.
+    pub error: Option<String>,
+    /// Servers in file order.
+    pub servers: Vec<DetectedServer>,
+}
+
+/// One client's findings.
+#[derive(Debug, Clone, Serialize)]
+pub struct DetectedClient {
+    /// Client key.
+    pub key: &'static str,
+    /// Human name.
+    pub name: &'static str,
+    /// Config files that exist.
+    pub files: Vec<DetectedFile>,
+    /// What prevents wrapping for the whole client (sandboxed builds, managed policy).
+    pub blockers: Vec<String>,
+    /// How the client picks up a changed config.
+    pub reload: &'static str,
+}
+
+/// Project roots the clients themselves record (Claude Code's `projects`).
+pub fn recorded_projects(dirs: &HomeDirs) -> Vec<PathBuf> {
+    let path = dirs.home.join(".claude.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return vec![];
+    };
+    let Ok(ConfigDoc::Json { root, .. }) = ConfigDoc::parse(crate::table::Format::Json, &text)
+    else {
+        return vec![];
+    };
+    root.get("projects")
+        .map(|p| p.members().iter().map(|m| PathBuf::from(&m.key)).collect())
+        .unwrap_or_default()
+}
+
+/// Config files of `client` that exist: user files, then project files for
+/// each root in `projects`.
+pub fn config_files(
+    client: &'static ClientSpec,
+    dirs: &HomeDirs,
+    projects: &[PathBuf],
+) -> Vec<ConfigFile> {
+    let mut out: Vec<ConfigFile> = Vec::new();
+    for path in (client.user_files)(dirs) {
+        if path.is_file() {
+            out.push(ConfigFile {
+                client,
+                path,
+                project: None,
+            });
+        }
+    }
+    if let Some(rel) = client.project_file {
+        for root in projects {
+            let path = rel.split('/').fold(root.clone(), |p, c| p.join(c));
+            let dup = out.iter().any(|f| {
+                crate::fsutil::resolve_target(&f.path) == crate::fsutil::resolve_target(&path)
+            });
+            if path.is_file() && !dup {
+                out.push(ConfigFile {
+                    client,
+                    path,
+                    project: Some(root.clone()),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Client-wide blockers.
+pub fn client_blockers(client: &ClientSpec, dirs: &HomeDirs) -> Vec<String> {
+    let mut out = Vec::new();
+    for id in client.sandboxed_as {
+        if dirs.home.join(".var").join("app").join(id).is_dir() {
+            out.push(format!("{} is installed as the Flatpak {id}: its sandbox cannot start the host's gatehouse binary", client.name));
+        }
+        if dirs.home.join("snap").join(id).is_dir() {
+            out.push(format!(
+                "{} is installed as the Snap {id}: its confinement may prevent starting gatehouse",
+                client.name
+            ));
+        }
+    }
+    if client.key == "claude-code" {
+        let managed: &[&[&str]] = match dirs.os {
+            crate::home::Os::Linux => &[&["etc", "claude-code"]],
+            crate::home::Os::MacOs => &[&["Library", "Application Support", "ClaudeCode"]],
+            crate::home::Os::Windows => &[&["Program Files", "ClaudeCode"]],
+        };
+        for parts in managed {
+            let dir = dirs.system(parts);
+            if dir.join("managed-mcp.json").is_file() {
+                out.push("a managed managed-mcp.json is in force: it replaces user MCP configs; ask the administrator to wrap its servers".into());
+            }
+            if std::fs::read_to_string(dir.join("managed-settings.json"))
+                .is_ok_and(|t| t.contains("allowedMcpServers"))
+            {
+                out.push("managed allowedMcpServers matches server commands exactly: wrapped servers would be blocked unless the gatehouse command is allowed".into());
+            }
+        }
+    }
+    out
+}
+
+/// Looks at one file.
+pub fn inspect_file(file: &ConfigFile) -> DetectedFile {
+    let text = match std::fs::read_to_string(&file.path) {
+        Ok(t) => t,
+        Err(e) => {
+            return DetectedFile {
+                path: file.path.clone(),
+                error: Some(format!("{}: {e}", file.path.display())),
+                servers: vec![],
+            }
+        }
+    };
+    let doc = match ConfigDoc::parse(file.client.format, &text) {
+        Ok(d) => d,
+        Err(e) => {
+            return DetectedFile {
+                path: file.path.clone(),
+                error: Some(format!(
+                    "{}:{}:{}: {}",
+                    file.path.display(),
+                    e.line,
+                    e.col,
+                    e.msg
+                )),
+                servers: vec![],
+            }
+        }
+    };
+    let servers = doc
+        .entries(
+            file.client.servers_key,
+            file.client.per_project_sections && file.project.is_none(),
+        )
+        .into_iter()
+        .map(|e| DetectedServer {
+            scope: e.scope_label(file.project.is_some()),
+            transport: match e.kind {
+                EntryKind::Stdio { .. } => "stdio",
+                EntryKind::Remote { .. } => "remote",
+                EntryKind::Extension => "extension",
+                EntryKind::Unknown => "unknown",
+            },
+            protected: e.wrapped.as_ref().map(|w| w.server_id.clone()),
+            secrets: e.secret_names(),
+            env_file: e.env_file,
+            blocker: e.blocker(),
+            name: e.name,
+        })
+        .collect();
+    DetectedFile {
+        path: file.path.clone(),
+        error: None,
+        servers,
+    }
+}
+
+/// Every client with at least one config file, plus clients with blockers.
+pub fn detect(dirs: &HomeDirs, extra_projects: &[PathBuf]) -> Vec<DetectedClient> {
+    let projects = all_projects(dirs, extra_projects);
+    CLIENTS
+        .iter()
+        .filter_map(|client| {
+            let files: Vec<DetectedFile> = config_files(client, dirs, &projects)
+                .iter()
+                .map(inspect_file)
+                .collect();
+            let blockers = client_blockers(client, dirs);
+            (!files.is_empty() || !blockers.is_empty()).then_some(DetectedClient {
+                key: client.key,
+                name: client.name,
+                files,
+                blockers,
+                reload: client.reload,
+            })
+        })
+        .collect()
+}
+
+/// Recorded projects plus the ones given, deduplicated.
+pub fn all_projects(dirs: &HomeDirs, extra: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = recorded_projects(dirs);
+    for p in extra {
+        let p = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+        if !out.iter().any(|o| same(o, &p)) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn same(a: &Path, b: &Path) -> bool {
+    crate::fsutil::resolve_target(a) == crate::fsutil::resolve_target(b)
+}

@@ -1,0 +1,648 @@
+//! A parsed config file (JSON/JSONC by span edits, TOML by `toml_edit`):
+//! reading server entries and applying protect, unwrap and repair edits
+//! while leaving everything Gatehouse does not own untouched.
+
+use std::ops::Range;
+
+use toml_edit::{Array, DocumentMut, ImDocument, Item, TableLike, Value};
+
+use crate::entry::{parse_wrap, EntryKind, EntryPlan, EntryView};
+use crate::jsonc::{self, apply_edits, line_indent, quote, Edit, Node};
+use crate::table::Format;
+
+/// A config that does not parse: where and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseFailure {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub col: usize,
+    /// What the parser expected.
+    pub msg: String,
+}
+
+/// A span of the original text that held a secret: the backup stores the
+/// `template` (placeholders, no value) instead of the text in `span`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Splice {
+    /// Byte range in the original text, quotes included.
+    pub span: Range<usize>,
+    /// The original string with each secret replaced by `{{vault:NAME}}`.
+    pub template: String,
+    /// How to quote the expanded value when splicing back: `json`, `toml-basic`, `toml-literal`.
+    pub quote: String,
+    /// Server id whose vault holds the secrets.
+    pub owner: String,
+}
+
+/// How to undo one entry's wrapping in place.
+#[derive(Debug, Clone)]
+pub struct UnwrapPlan {
+    /// The original command.
+    pub command: String,
+    /// Args after the original command that must be rewritten (index into
+    /// the wrapped args, expanded value).
+    pub args: Vec<(usize, String)>,
+    /// Env values to put back (name, value).
+    pub env: Vec<(String, String)>,
+    /// Codex `env_vars` names Gatehouse added.
+    pub remove_env_vars: Vec<String>,
+}
+
+/// The result of a protect rewrite.
+#[derive(Debug, Clone)]
+pub struct Rewrite {
+    /// New file text.
+    pub text: String,
+    /// Secret spans of the original text.
+    pub splices: Vec<Splice>,
+    /// Per entry name, Codex `env_vars` names that were added.
+    pub added_env_vars: Vec<(String, Vec<String>)>,
+}
+
+/// A parsed config.
+pub enum ConfigDoc {
+    /// JSON or JSONC, with the original text.
+    Json { text: String, root: Node },
+    /// TOML, with the original text.
+    Toml {
+        text: String,
+        doc: ImDocument<String>,
+    },
+}
+
+/// Env names `gatehouse wrap` needs that Codex would strip (it passes only
+/// a fixed whitelist plus `env_vars`): the session bus for the keyring.
+pub const CODEX_ENV_VARS: &[&str] = &["DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR"];
+
+impl ConfigDoc {
+    /// Parses `text` as `format`.
+    pub fn parse(format: Format, text: &str) -> Result<ConfigDoc, ParseFailure> {
+        match format {
+            Format::Json | Format::Jsonc => {
+                if text.trim().is_empty() {
+                    return Ok(ConfigDoc::Json {
+                        text: text.to_owned(),
+                        root: Node::Object {
+                            span: 0..0,
+                            members: vec![],
+                        },
+                    });
+                }
+                jsonc::parse(text)
+                    .map(|root| ConfigDoc::Json {
+                        text: text.to_owned(),
+                        root,
+                    })
+                    .map_err(|e| ParseFailure {
+                        line: e.line,
+                        col: e.col,
+                        msg: e.msg,
+                    })
+            }
+            Format::Toml => ImDocument::parse(text.to_owned())
+                .map(|doc| ConfigDoc::Toml {
+                    text: text.to_owned(),
+                    doc,
+                })
+                .map_err(|e| {
+                    let (line, col) = e.span().map_or((1, 1), |s| jsonc::line_col(text, s.start));
+                    ParseFailure {
+                        line,
+                        col,
+                        msg: e.message().to_owned(),
+                    }
+                }),
+        }
+    }
+
+    /// Every server entry, in file order. `per_project` adds Claude Code's
+    /// `projects[*].<servers_key>` sections.
+    pub fn entries(&self, servers_key: &str, per_project: bool) -> Vec<EntryView> {
+        let mut containers = vec![vec![servers_key.to_owned()]];
+        match self {
+            ConfigDoc::Json { root, .. } => {
+                if per_project {
+                    for m in root.get("projects").map(Node::members).unwrap_or_default() {
+                        if m.value.get(servers_key).is_some() {
+                            containers.push(vec![
+                                "projects".into(),
+                                m.key.clone(),
+                                servers_key.to_owned(),
+                            ]);
+                        }
+                    }
+                }
+                let mut out = Vec::new();
+                for c in containers {
+                    let Some(map) = json_path(root, &c) else {
+                        continue;
+                    };
+                    for m in map.members() {
+                        out.push(json_entry(&c, &m.key, &m.value));
+                    }
+                }
+                out
+            }
+            ConfigDoc::Toml { doc, .. } => {
+                let Some(map) = doc
+                    .as_table()
+                    .get(servers_key)
+                    .and_then(Item::as_table_like)
+                else {
+                    return vec![];
+                };
+                map.iter()
+                    .filter_map(|(k, v)| {
+                        v.as_table_like().map(|t| toml_entry(&containers[0], k, t))
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// Applies protect plans (entries matched by container and name).
+    pub fn protect(&self, plans: &[(&EntryView, &EntryPlan)], exe: &str) -> Rewrite {
+        match self {
+            ConfigDoc::Json { text, root } => json_protect(text, root, plans, exe),
+            ConfigDoc::Toml { text, doc } => toml_protect(text, doc, plans, exe),
+        }
+    }
+
+    /// Unwraps entries in place.
+    pub fn unwrap(&self, targets: &[(&EntryView, UnwrapPlan)]) -> String {
+        match self {
+            ConfigDoc::Json { text, root } => json_unwrap(text, root, targets),
+            ConfigDoc::Toml { doc, .. } => toml_unwrap(doc, targets),
+        }
+    }
+
+    /// Points wrapped entries at `exe`. Returns the new text.
+    pub fn repair(&self, entries: &[&EntryView], exe: &str) -> String {
+        match self {
+            ConfigDoc::Json { text, root } => {
+                let edits: Vec<Edit> = entries
+                    .iter()
+                    .filter_map(|e| {
+                        json_entry_node(root, e)?.get("command").map(|n| Edit {
+                            range: n.span(),
+                            text: quote(exe),
+                        })
+                    })
+                    .collect();
+                apply_edits(text, &edits)
+            }
+            ConfigDoc::Toml { doc, .. } => {
+                let mut doc = doc.clone().into_mut();
+                for e in entries {
+                    if let Some(t) = toml_entry_mut(&mut doc, e) {
+                        set_keep_decor(t, "command", Value::from(exe));
+                    }
+                }
+                doc.to_string()
+            }
+        }
+    }
+}
+
+fn json_path<'a>(root: &'a Node, path: &[String]) -> Option<&'a Node> {
+    path.iter().try_fold(root, |n, k| n.get(k))
+}
+
+fn json_entry_node<'a>(root: &'a Node, e: &EntryView) -> Option<&'a Node> {
+    json_path(root, &e.container)?.get(&e.name)
+}
+
+fn json_entry(container: &[String], name: &str, node: &Node) -> EntryView {
+    let url = ["url", "serverUrl", "httpUrl"]
+        .iter()
+        .find_map(|k| node.get(k).and_then(Node::as_str));
+    let kind = if let Some(command) = node.get("command").and_then(Node::as_str) {
+        let args = node
+            .get("args")
+            .map(|a| {
+                a.items()
+                    .iter()
+                    .map(|i| i.as_str().unwrap_or_default().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        EntryKind::Stdio {
+            command: command.to_owned(),
+            args,
+        }
+    } else if let Some(url) = url {
+        EntryKind::Remote {
+            url: url.to_owned(),
+        }
+    } else if node.get("settings").is_some() {
+        EntryKind::Extension
+    } else {
+        EntryKind::Unknown
+    };
+    let env = node
+        .get("env")
+        .map(|e| {
+            e.members()
+                .iter()
+                .map(|m| (m.key.clone(), m.value.as_str().map(str::to_owned)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let wrapped = match &kind {
+        EntryKind::Stdio { command, args } => parse_wrap(command, args),
+        _ => None,
+    };
+    EntryView {
+        container: container.to_vec(),
+        name: name.to_owned(),
+        kind,
+        env,
+        env_file: node.get("envFile").is_some(),
+        remote_dev: matches!(node.get("remote"), Some(Node::Bool { value: true, .. })),
+        wrapped,
+    }
+}
+
+/// Renders `items` for insertion before an existing first array item,
+/// matching the array's one-line or one-item-per-line layout.
+fn json_items_before(text: &str, first: &Node, items: &[String]) -> String {
+    let sep = match line_indent(text, first.span().start) {
+        Some(indent) => format!(",\n{indent}"),
+        None => ", ".to_owned(),
+    };
+    let mut out: String = items
+        .iter()
+        .map(|s| quote(s))
+        .collect::<Vec<_>>()
+        .join(&sep);
+    out.push_str(&sep);
+    out
+}
+
+fn json_array(items: &[String]) -> String {
+    format!(
+        "[{}]",
+        items
+            .iter()
+            .map(|s| quote(s))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+fn json_protect(text: &str, root: &Node, plans: &[(&EntryView, &EntryPlan)], exe: &str) -> Rewrite {
+    let mut edits = Vec::new();
+    let mut splices = Vec::new();
+    for (view, plan) in plans {
+        let Some(node) = json_entry_node(root, view) else {
+            continue;
+        };
+        let Some(cmd) = node.get("command") else {
+            continue;
+        };
+        edits.push(Edit {
+            range: cmd.span(),
+            text: quote(exe),
+        });
+        match node.get("args") {
+            Some(args @ Node::Array { items, .. }) => {
+                if let Some(first) = items.first() {
+                    edits.push(Edit {
+                        range: first.span().start..first.span().start,
+                        text: json_items_before(text, first, &plan.prefix),
+                    });
+                } else {
+                    edits.push(Edit {
+                        range: args.span(),
+                        text: json_array(&plan.prefix),
+                    });
+                }
+                for (i, new) in &plan.arg_rewrites {
+                    if let Some(item) = items.get(*i) {
+                        edits.push(Edit {
+                            range: item.span(),
+                            text: quote(new),
+                        });
+                        splices.push(Splice {
+                            span: item.span(),
+                            template: new.clone(),
+                            quote: "json".into(),
+                            owner: plan.id.clone(),
+                        });
+                    }
+                }
+            }
+            _ => {
+                let member = node
+                    .member("command")
+                    .map(|m| m.key_span.start)
+                    .unwrap_or(cmd.span().start);
+                let sep = match line_indent(text, member) {
+                    Some(indent) => format!(",\n{indent}"),
+                    None => ", ".into(),
+                };
+                edits.push(Edit {
+                    range: cmd.span().end..cmd.span().end,
+                    text: format!("{sep}\"args\": {}", json_array(&plan.prefix)),
+                });
+            }
+        }
+        for (name, _) in &plan.env_moves {
+            if let Some(v) = node.get("env").and_then(|e| e.get(name)) {
+                let template = gatehouse_vault::placeholder(name);
+                edits.push(Edit {
+                    range: v.span(),
+                    text: quote(&template),
+                });
+                splices.push(Splice {
+                    span: v.span(),
+                    template,
+                    quote: "json".into(),
+                    owner: plan.id.clone(),
+                });
+            }
+        }
+    }
+    splices.sort_by_key(|s| s.span.start);
+    Rewrite {
+        text: apply_edits(text, &edits),
+        splices,
+        added_env_vars: vec![],
+    }
+}
+
+fn json_unwrap(text: &str, root: &Node, targets: &[(&EntryView, UnwrapPlan)]) -> String {
+    let mut edits = Vec::new();
+    for (view, plan) in targets {
+        let Some(wrap) = &view.wrapped else { continue };
+        let Some(node) = json_entry_node(root, view) else {
+            continue;
+        };
+        if let Some(cmd) = node.get("command") {
+            edits.push(Edit {
+                range: cmd.span(),
+                text: quote(&plan.command),
+            });
+        }
+        if let Some(args @ Node::Array { items, .. }) = node.get("args") {
+            let first_original = wrap.inner + 1;
+            match (items.first(), items.get(first_original)) {
+                (Some(first), Some(keep)) => edits.push(Edit {
+                    range: first.span().start..keep.span().start,
+                    text: String::new(),
+                }),
+                _ => edits.push(Edit {
+                    range: args.span(),
+                    text: "[]".into(),
+                }),
+            }
+            for (i, value) in &plan.args {
+                if let Some(item) = items.get(*i).filter(|_| *i >= first_original) {
+                    edits.push(Edit {
+                        range: item.span(),
+                        text: quote(value),
+                    });
+                }
+            }
+        }
+        for (name, value) in &plan.env {
+            if let Some(v) = node.get("env").and_then(|e| e.get(name)) {
+                edits.push(Edit {
+                    range: v.span(),
+                    text: quote(value),
+                });
+            }
+        }
+    }
+    apply_edits(text, &edits)
+}
+
+fn toml_entry(container: &[String], name: &str, t: &dyn TableLike) -> EntryView {
+    let str_of = |k: &str| t.get(k).and_then(Item::as_str).map(str::to_owned);
+    let kind = if let Some(command) = str_of("command") {
+        let args = t
+            .get("args")
+            .and_then(Item::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|v| v.as_str().unwrap_or_default().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        EntryKind::Stdio { command, args }
+    } else if let Some(url) = str_of("url") {
+        EntryKind::Remote { url }
+    } else {
+        EntryKind::Unknown
+    };
+    let env = t
+        .get("env")
+        .and_then(Item::as_table_like)
+        .map(|e| {
+            e.iter()
+                .map(|(k, v)| (k.to_owned(), v.as_str().map(str::to_owned)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let wrapped = match &kind {
+        EntryKind::Stdio { command, args } => parse_wrap(command, args),
+        _ => None,
+    };
+    EntryView {
+        container: container.to_vec(),
+        name: name.to_owned(),
+        kind,
+        env,
+        env_file: false,
+        remote_dev: false,
+        wrapped,
+    }
+}
+
+fn toml_entry_mut<'a>(doc: &'a mut DocumentMut, e: &EntryView) -> Option<&'a mut dyn TableLike> {
+    doc.as_table_mut()
+        .get_mut(&e.container[0])?
+        .as_table_like_mut()?
+        .get_mut(&e.name)?
+        .as_table_like_mut()
+}
+
+/// Replaces a value keeping the old value's surrounding whitespace and comments.
+fn set_keep_decor(t: &mut dyn TableLike, key: &str, mut value: Value) {
+    if let Some(old) = t.get(key).and_then(Item::as_value) {
+        *value.decor_mut() = old.decor().clone();
+    }
+    match t.get_mut(key) {
+        Some(item) => *item = Item::Value(value),
+        None => {
+            t.insert(key, Item::Value(value));
+        }
+    }
+}
+
+fn toml_quote_style(text: &str, span: &Range<usize>) -> &'static str {
+    if text[span.clone()].starts_with('\'') {
+        "toml-literal"
+    } else {
+        "toml-basic"
+    }
+}
+
+fn toml_protect(
+    text: &str,
+    im: &ImDocument<String>,
+    plans: &[(&EntryView, &EntryPlan)],
+    exe: &str,
+) -> Rewrite {
+    let mut splices = Vec::new();
+    let mut added = Vec::new();
+    // Spans come from the immutable parse of the original text.
+    for (view, plan) in plans {
+        let Some(t) = im
+            .as_table()
+            .get(&view.container[0])
+            .and_then(Item::as_table_like)
+            .and_then(|m| m.get(&view.name))
+            .and_then(Item::as_table_like)
+        else {
+            continue;
+        };
+        if let Some(arr) = t.get("args").and_then(Item::as_array) {
+            for (i, new) in &plan.arg_rewrites {
+                if let Some(span) = arr.get(*i).and_then(Value::span) {
+                    splices.push(Splice {
+                        quote: toml_quote_style(text, &span).into(),
+                        span,
+                        template: new.clone(),
+                        owner: plan.id.clone(),
+                    });
+                }
+            }
+        }
+        if let Some(env) = t.get("env").and_then(Item::as_table_like) {
+            for (name, _) in &plan.env_moves {
+                if let Some(span) = env.get(name).and_then(Item::as_value).and_then(Value::span) {
+                    splices.push(Splice {
+                        quote: toml_quote_style(text, &span).into(),
+                        span,
+                        template: gatehouse_vault::placeholder(name),
+                        owner: plan.id.clone(),
+                    });
+                }
+            }
+        }
+    }
+    let mut doc = im.clone().into_mut();
+    for (view, plan) in plans {
+        let Some(t) = toml_entry_mut(&mut doc, view) else {
+            continue;
+        };
+        set_keep_decor(t, "command", Value::from(exe));
+        match t.get_mut("args").and_then(Item::as_array_mut) {
+            Some(arr) => {
+                for (i, new) in &plan.arg_rewrites {
+                    if let Some(v) = arr.get_mut(*i) {
+                        let decor = v.decor().clone();
+                        *v = Value::from(new.as_str());
+                        *v.decor_mut() = decor;
+                    }
+                }
+                for (k, p) in plan.prefix.iter().enumerate() {
+                    arr.insert(k, p.as_str());
+                }
+                arr.fmt();
+            }
+            None => {
+                let arr: Array = plan.prefix.iter().map(String::as_str).collect();
+                t.insert("args", Item::Value(Value::Array(arr)));
+            }
+        }
+        if let Some(env) = t.get_mut("env").and_then(Item::as_table_like_mut) {
+            for (name, _) in &plan.env_moves {
+                set_keep_decor(env, name, Value::from(gatehouse_vault::placeholder(name)));
+            }
+        }
+        let mut names_added = Vec::new();
+        let existing: Vec<String> = t
+            .get("env_vars")
+            .and_then(Item::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for name in CODEX_ENV_VARS {
+            if !existing.iter().any(|e| e == name) {
+                names_added.push((*name).to_owned());
+            }
+        }
+        if !names_added.is_empty() {
+            match t.get_mut("env_vars").and_then(Item::as_array_mut) {
+                Some(arr) => names_added.iter().for_each(|n| arr.push(n.as_str())),
+                None => {
+                    let arr: Array = names_added.iter().map(String::as_str).collect();
+                    t.insert("env_vars", Item::Value(Value::Array(arr)));
+                }
+            }
+        }
+        added.push((view.name.clone(), names_added));
+    }
+    splices.sort_by_key(|s| s.span.start);
+    Rewrite {
+        text: doc.to_string(),
+        splices,
+        added_env_vars: added,
+    }
+}
+
+fn toml_unwrap(im: &ImDocument<String>, targets: &[(&EntryView, UnwrapPlan)]) -> String {
+    let mut doc = im.clone().into_mut();
+    for (view, plan) in targets {
+        let Some(wrap) = &view.wrapped else { continue };
+        let Some(t) = toml_entry_mut(&mut doc, view) else {
+            continue;
+        };
+        set_keep_decor(t, "command", Value::from(plan.command.as_str()));
+        if let Some(arr) = t.get_mut("args").and_then(Item::as_array_mut) {
+            for (i, value) in &plan.args {
+                if let Some(v) = arr.get_mut(*i) {
+                    let decor = v.decor().clone();
+                    *v = Value::from(value.as_str());
+                    *v.decor_mut() = decor;
+                }
+            }
+            for _ in 0..=wrap.inner.min(arr.len().saturating_sub(1)) {
+                arr.remove(0);
+            }
+            arr.fmt();
+        }
+        if let Some(env) = t.get_mut("env").and_then(Item::as_table_like_mut) {
+            for (name, value) in &plan.env {
+                set_keep_decor(env, name, Value::from(value.as_str()));
+            }
+        }
+        let mut drop_env_vars = false;
+        if let Some(arr) = t.get_mut("env_vars").and_then(Item::as_array_mut) {
+            arr.retain(|v| {
+                !v.as_str()
+                    .is_some_and(|s| plan.remove_env_vars.iter().any(|r| r == s))
+            });
+            drop_env_vars = arr.is_empty() && !plan.remove_env_vars.is_empty();
+        }
+        if drop_env_vars {
+            t.remove("env_vars");
+        }
+    }
+    doc.to_string()
+}
+
+/// Quotes an expanded value the way the original span was quoted.
+pub fn requote(style: &str, value: &str) -> String {
+    match style {
+        "toml-literal" if !value.contains('\'') && !value.contains('\n') => format!("'{value}'"),
+        "toml-basic" | "toml-literal" => Value::from(value).to_string().trim().to_owned(),
+        _ => quote(value),
+    }
+}

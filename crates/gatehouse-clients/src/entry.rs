@@ -1,0 +1,375 @@
+//! Format-independent view of one server entry, how Gatehouse's own wrapping
+//! is recognised, and the per-entry protect plan (id, secrets to move,
+//! placeholders, `--pass-env`, the wrap prefix).
+
+use std::path::Path;
+
+use gatehouse_vault::detect::{env_secret, find_arg_secrets};
+use gatehouse_vault::{placeholder, Secret};
+
+/// What kind of server an entry describes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    /// Started by the client: `command` + `args`.
+    Stdio { command: String, args: Vec<String> },
+    /// Reached over HTTP/SSE (`url`, `serverUrl`, `httpUrl`).
+    Remote { url: String },
+    /// Zed extension server (`settings` only): Zed starts it itself.
+    Extension,
+    /// Not understood (no command, no url).
+    Unknown,
+}
+
+/// One server entry as read from a config.
+#[derive(Debug, Clone)]
+pub struct EntryView {
+    /// Key path of the server map that holds it (`["mcpServers"]`,
+    /// `["projects", "/p", "mcpServers"]`).
+    pub container: Vec<String>,
+    /// Entry name (the map key).
+    pub name: String,
+    /// Kind and launch command.
+    pub kind: EntryKind,
+    /// `env` entries; `None` for non-string values.
+    pub env: Vec<(String, Option<String>)>,
+    /// The entry names an `envFile` (reported, not rewritten).
+    pub env_file: bool,
+    /// Zed `remote: true`: runs on a remote dev host, where the local binary is absent.
+    pub remote_dev: bool,
+    /// Set when the entry already runs behind `gatehouse wrap`.
+    pub wrapped: Option<WrapInfo>,
+}
+
+impl EntryView {
+    /// Scope label: `user`, `project`, or `local:<project path>` for
+    /// Claude Code's per-project sections.
+    pub fn scope_label(&self, project_scope: bool) -> String {
+        if self.container.len() == 3 && self.container[0] == "projects" {
+            format!("local:{}", self.container[1])
+        } else if project_scope {
+            "project".into()
+        } else {
+            "user".into()
+        }
+    }
+
+    /// Names of env values that look like plain-text secrets.
+    pub fn secret_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .env
+            .iter()
+            .filter_map(|(k, v)| {
+                v.as_deref()
+                    .and_then(|v| env_secret(k, v))
+                    .map(|_| k.clone())
+            })
+            .collect();
+        if let EntryKind::Stdio { args, .. } = &self.kind {
+            let inner = self.wrapped.as_ref().map_or(0, |w| w.inner + 1);
+            names.extend(
+                find_arg_secrets(&args[inner.min(args.len())..])
+                    .into_iter()
+                    .map(|f| f.name),
+            );
+        }
+        names
+    }
+
+    /// Why this entry cannot be wrapped, if it cannot.
+    pub fn blocker(&self) -> Option<String> {
+        match &self.kind {
+            EntryKind::Remote { .. } => Some("remote (url) servers are not yet protectable".into()),
+            EntryKind::Extension => {
+                Some("extension server started by the client itself; nothing to wrap".into())
+            }
+            EntryKind::Unknown => Some("entry has neither command nor url".into()),
+            EntryKind::Stdio { .. } if self.remote_dev => {
+                Some("runs on a remote dev host where gatehouse is not installed".into())
+            }
+            EntryKind::Stdio { .. } => None,
+        }
+    }
+}
+
+/// What Gatehouse's wrapping of an entry says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrapInfo {
+    /// `--server` value.
+    pub server_id: String,
+    /// `--home` value.
+    pub home: Option<String>,
+    /// `--pass-env` names.
+    pub pass_env: Vec<String>,
+    /// Index in `args` of the original command (just after `--`).
+    pub inner: usize,
+}
+
+/// True when `command` names a gatehouse binary.
+pub fn is_gatehouse_exe(command: &str) -> bool {
+    let base = command
+        .rsplit(['/', '\\'])
+        .next()
+        .unwrap_or(command)
+        .to_ascii_lowercase();
+    base == "gatehouse" || base == "gatehouse.exe"
+}
+
+/// Recognises `gatehouse wrap --server ID [--home H] [--pass-env A,B] -- CMD ARGS…`.
+pub fn parse_wrap(command: &str, args: &[String]) -> Option<WrapInfo> {
+    if !is_gatehouse_exe(command) || args.first().map(String::as_str) != Some("wrap") {
+        return None;
+    }
+    let (mut server_id, mut home, mut pass_env) = (None, None, Vec::new());
+    let mut i = 1;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--" => {
+                if i + 1 >= args.len() {
+                    return None;
+                }
+                return Some(WrapInfo {
+                    server_id: server_id?,
+                    home,
+                    pass_env,
+                    inner: i + 1,
+                });
+            }
+            "--server" => server_id = args.get(i + 1).cloned(),
+            "--home" => home = args.get(i + 1).cloned(),
+            "--pass-env" => pass_env.extend(
+                args.get(i + 1)
+                    .into_iter()
+                    .flat_map(|v| v.split(','))
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned),
+            ),
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    None
+}
+
+/// How one stdio entry gets wrapped.
+#[derive(Debug)]
+pub struct EntryPlan {
+    /// Opaque server id.
+    pub id: String,
+    /// Env values to move: (env name = vault name, value).
+    pub env_moves: Vec<(String, Secret<String>)>,
+    /// Args to rewrite: (index into the original args, new text with placeholders).
+    pub arg_rewrites: Vec<(usize, String)>,
+    /// Secrets found inside args: (vault name, value).
+    pub arg_secrets: Vec<(String, Secret<String>)>,
+    /// The launch command wrap will see after `--`: [command, args…] with placeholders.
+    pub argv: Vec<String>,
+    /// Env names the client sets that wrap passes on.
+    pub pass_env: Vec<String>,
+    /// Inserted in front of the original args: `wrap --server … -- <command>`.
+    pub prefix: Vec<String>,
+}
+
+impl EntryPlan {
+    /// Every secret name this plan moves to the vault.
+    pub fn secret_names(&self) -> Vec<String> {
+        self.env_moves
+            .iter()
+            .chain(&self.arg_secrets)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+}
+
+/// Plans wrapping a stdio entry with `id`. `None` for anything else.
+pub fn plan_entry(view: &EntryView, id: &str, gatehouse_home: &Path) -> Option<EntryPlan> {
+    let EntryKind::Stdio { command, args } = &view.kind else {
+        return None;
+    };
+    if view.wrapped.is_some() || view.blocker().is_some() {
+        return None;
+    }
+    let mut env_moves = Vec::new();
+    let mut pass_env = Vec::new();
+    for (name, value) in &view.env {
+        match value.as_deref() {
+            Some(v)
+                if env_secret(name, v).is_some()
+                    && gatehouse_vault::validate_name(name).is_ok() =>
+            {
+                env_moves.push((name.clone(), Secret::new(v.to_owned())));
+            }
+            _ => pass_env.push(name.clone()),
+        }
+    }
+    let mut arg_rewrites: Vec<(usize, String)> = Vec::new();
+    let mut arg_secrets = Vec::new();
+    let mut new_args = args.clone();
+    let mut found = find_arg_secrets(args);
+    // Later spans first, so earlier ranges in the same argument stay valid.
+    found.sort_by(|a, b| {
+        b.arg_index
+            .cmp(&a.arg_index)
+            .then(b.range.start.cmp(&a.range.start))
+    });
+    for f in found {
+        let mut name = f.name.clone();
+        let mut n = 2;
+        while env_moves
+            .iter()
+            .chain(&arg_secrets)
+            .any(|(m, _): &(String, Secret<String>)| *m == name)
+        {
+            name = format!("{}_{n}", f.name);
+            n += 1;
+        }
+        arg_secrets.push((
+            name.clone(),
+            Secret::new(args[f.arg_index][f.range.clone()].to_owned()),
+        ));
+        new_args[f.arg_index].replace_range(f.range.clone(), &placeholder(&name));
+    }
+    for (i, (old, new)) in args.iter().zip(&new_args).enumerate() {
+        if old != new {
+            arg_rewrites.push((i, new.clone()));
+        }
+    }
+    let mut argv = vec![command.clone()];
+    argv.extend(new_args);
+    let mut prefix = vec![
+        "wrap".into(),
+        "--server".into(),
+        id.to_owned(),
+        "--home".into(),
+        gatehouse_home.to_string_lossy().into_owned(),
+    ];
+    if !pass_env.is_empty() {
+        prefix.push("--pass-env".into());
+        prefix.push(pass_env.join(","));
+    }
+    prefix.push("--".into());
+    prefix.push(command.clone());
+    Some(EntryPlan {
+        id: id.to_owned(),
+        env_moves,
+        arg_rewrites,
+        arg_secrets,
+        argv,
+        pass_env,
+        prefix,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(items: &[&str]) -> Vec<String> {
+        items.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn recognises_wrapping() {
+        let args = s(&[
+            "wrap",
+            "--server",
+            "srv_1",
+            "--home",
+            "/h",
+            "--pass-env",
+            "A,B",
+            "--",
+            "npx",
+            "-y",
+            "x",
+        ]);
+        assert_eq!(
+            parse_wrap("/opt/gatehouse/bin/gatehouse", &args),
+            Some(WrapInfo {
+                server_id: "srv_1".into(),
+                home: Some("/h".into()),
+                pass_env: s(&["A", "B"]),
+                inner: 8
+            })
+        );
+        assert!(parse_wrap(
+            "C:\\Program Files\\Gatehouse\\gatehouse.exe",
+            &s(&["wrap", "--server", "i", "--", "cmd"])
+        )
+        .is_some());
+        assert!(
+            parse_wrap("npx", &args).is_none(),
+            "other commands are not ours"
+        );
+        assert!(
+            parse_wrap("gatehouse", &s(&["wrap", "--", "cmd"])).is_none(),
+            "no --server: not a protected entry"
+        );
+        assert!(
+            parse_wrap("gatehouse", &s(&["wrap", "--server", "i", "--"])).is_none(),
+            "no inner command"
+        );
+    }
+
+    #[test]
+    fn plans_moves_and_placeholders() {
+        let view = EntryView {
+            container: s(&["mcpServers"]),
+            name: "pg".into(),
+            kind: EntryKind::Stdio {
+                command: "npx".into(),
+                args: s(&["-y", "mcp-postgres", "postgresql://me:pw123456@db/app"]),
+            },
+            env: vec![
+                ("GITHUB_TOKEN".into(), Some("ghp_abc".into())),
+                ("LOG".into(), Some("debug".into())),
+                ("K".into(), Some("${input:k}".into())),
+            ],
+            env_file: false,
+            remote_dev: false,
+            wrapped: None,
+        };
+        let plan = plan_entry(&view, "srv_1", Path::new("/gh")).unwrap();
+        assert_eq!(
+            plan.secret_names(),
+            s(&["GITHUB_TOKEN", "POSTGRESQL_PASSWORD"])
+        );
+        assert_eq!(
+            plan.pass_env,
+            s(&["LOG", "K"]),
+            "non-secret names and references pass through"
+        );
+        assert_eq!(
+            plan.argv,
+            s(&[
+                "npx",
+                "-y",
+                "mcp-postgres",
+                "postgresql://me:{{vault:POSTGRESQL_PASSWORD}}@db/app"
+            ])
+        );
+        assert_eq!(
+            plan.prefix,
+            s(&[
+                "wrap",
+                "--server",
+                "srv_1",
+                "--home",
+                "/gh",
+                "--pass-env",
+                "LOG,K",
+                "--",
+                "npx"
+            ])
+        );
+        assert_eq!(
+            plan.arg_rewrites,
+            vec![(
+                2,
+                "postgresql://me:{{vault:POSTGRESQL_PASSWORD}}@db/app".to_string()
+            )]
+        );
+    }
+}

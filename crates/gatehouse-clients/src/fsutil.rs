@@ -1,0 +1,135 @@
+//! Atomic, mode-preserving, symlink-following writes.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::ClientError;
+
+/// `sha256:<hex>` of a text.
+pub fn sha256(text: &str) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
+
+/// The file a path finally names (symlinks followed), or the path itself
+/// when it does not exist yet.
+pub fn resolve_target(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ClientError + '_ {
+    move |source| ClientError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Replaces the file at `path` (through symlinks) with `new`, atomically:
+/// a temp file with the target's mode in the same directory; just before the
+/// rename the target is re-read and must still equal `expected`; after the
+/// rename the content is read back and compared.
+pub fn atomic_write(path: &Path, expected: &str, new: &str) -> Result<(), ClientError> {
+    let target = resolve_target(path);
+    let dir = target.parent().ok_or_else(|| {
+        ClientError::Refused(format!("{}: no parent directory", target.display()))
+    })?;
+    let meta = std::fs::metadata(&target).map_err(io_err(&target))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".gatehouse-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(io_err(&target))?;
+    tmp.write_all(new.as_bytes()).map_err(io_err(&target))?;
+    tmp.as_file().sync_all().map_err(io_err(&target))?;
+    std::fs::set_permissions(tmp.path(), meta.permissions()).map_err(io_err(&target))?;
+    let current = std::fs::read_to_string(&target).map_err(io_err(&target))?;
+    if current != expected {
+        return Err(ClientError::Concurrent { path: target });
+    }
+    tmp.persist(&target).map_err(|e| ClientError::Io {
+        path: target.clone(),
+        source: e.error,
+    })?;
+    let written = std::fs::read_to_string(&target).map_err(io_err(&target))?;
+    if written != new {
+        return Err(ClientError::Verify { path: target });
+    }
+    Ok(())
+}
+
+/// Writes a private (0600) file, creating private parent directories.
+pub fn write_private(path: &Path, content: &str) -> Result<(), ClientError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(io_err(dir))?;
+        }
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".gatehouse-")
+        .tempfile_in(dir)
+        .map_err(io_err(path))?;
+    tmp.write_all(content.as_bytes()).map_err(io_err(path))?;
+    tmp.as_file().sync_all().map_err(io_err(path))?;
+    tmp.persist(path).map_err(|e| ClientError::Io {
+        path: path.to_path_buf(),
+        source: e.error,
+    })?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err(path))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_mode_follows_symlinks_and_detects_races() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.json");
+        std::fs::write(&real, "old").unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o640)).unwrap();
+            let link = dir.path().join("link.json");
+            std::os::unix::fs::symlink(&real, &link).unwrap();
+            atomic_write(&link, "old", "new").unwrap();
+            assert!(
+                std::fs::symlink_metadata(&link)
+                    .unwrap()
+                    .file_type()
+                    .is_symlink(),
+                "the symlink stays a symlink"
+            );
+            assert_eq!(
+                std::fs::read_to_string(&real).unwrap(),
+                "new",
+                "the write goes through to the target"
+            );
+            assert_eq!(
+                std::fs::metadata(&real).unwrap().permissions().mode() & 0o777,
+                0o640,
+                "mode is kept"
+            );
+        }
+        #[cfg(not(unix))]
+        atomic_write(&real, "old", "new").unwrap();
+        let err = atomic_write(&real, "stale", "newer").unwrap_err();
+        assert!(
+            matches!(err, ClientError::Concurrent { .. }),
+            "a changed file must not be overwritten: {err}"
+        );
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), "new");
+    }
+}

@@ -1,0 +1,583 @@
+//! Protect, unprotect and repair: the orchestration around [`ConfigDoc`]
+//! edits — vault moves, backups, identity records, guards against clients
+//! that own their file, git-tracked project files, atomic writes.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use gatehouse_protocol::identity::launch_command_hash;
+use gatehouse_vault::placeholder::find_placeholders;
+use gatehouse_vault::{Secret, Vault};
+
+use crate::discover::ConfigFile;
+use crate::doc::{requote, ConfigDoc, UnwrapPlan};
+use crate::entry::{is_gatehouse_exe, plan_entry, EntryKind, EntryPlan, EntryView};
+use crate::fsutil::{atomic_write, sha256};
+use crate::state::{file_key, Backup, BackupSplice, FileState, ProtectedServer, StateDir};
+use crate::ClientError;
+
+/// Records protected servers where wrap can find them (the store's
+/// `register_protected_server`); the CLI supplies the store-backed one.
+pub trait ServerRegistry {
+    /// Records (or replaces) one server's identity.
+    fn register(&self, server: &ProtectedServer) -> Result<(), ClientError>;
+}
+
+/// A registry that records nothing (the state file still does).
+#[derive(Debug, Default)]
+pub struct NoRegistry;
+
+impl ServerRegistry for NoRegistry {
+    fn register(&self, _: &ProtectedServer) -> Result<(), ClientError> {
+        Ok(())
+    }
+}
+
+/// Tells whether a client is running.
+pub trait ProcessProbe {
+    /// True when a process with one of `names` runs.
+    fn running(&self, names: &[&str]) -> bool;
+}
+
+/// Scans `/proc` on Linux: `comm`, and the basenames of `argv[0]` and
+/// `argv[1]` (for `node …/claude` style launches). Elsewhere: never running.
+#[derive(Debug, Default)]
+pub struct SystemProbe;
+
+impl ProcessProbe for SystemProbe {
+    fn running(&self, names: &[&str]) -> bool {
+        if names.is_empty() || !cfg!(target_os = "linux") {
+            return false;
+        }
+        let me = std::process::id().to_string();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return false;
+        };
+        dir.filter_map(|e| e.ok()).any(|e| {
+            let pid = e.file_name();
+            let pid = pid.to_string_lossy();
+            if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == me.as_str() {
+                return false;
+            }
+            let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let argv: Vec<String> = cmdline
+                .split(|&b| b == 0)
+                .take(2)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_owned();
+            names
+                .iter()
+                .any(|n| comm.trim() == *n || argv.iter().any(|a| base(a) == *n))
+        })
+    }
+}
+
+/// A fixed answer, for tests.
+#[derive(Debug, Default)]
+pub struct FixedProbe(pub Vec<String>);
+
+impl ProcessProbe for FixedProbe {
+    fn running(&self, names: &[&str]) -> bool {
+        names.iter().any(|n| self.0.iter().any(|r| r == n))
+    }
+}
+
+/// Options of `gatehouse protect` / `unprotect`.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Print a diff, write nothing.
+    pub dry_run: bool,
+    /// Confirms rewriting git-tracked project files.
+    pub yes: bool,
+    /// Point wrapped entries at the current binary.
+    pub repair: bool,
+}
+
+/// What happened to one file.
+#[derive(Debug, Clone, Default)]
+pub struct FileReport {
+    /// Config path.
+    pub path: PathBuf,
+    /// Client key.
+    pub client: String,
+    /// The file was (or, in a dry run, would be) rewritten.
+    pub changed: bool,
+    /// Entries wrapped / unwrapped / repaired, by name.
+    pub entries: Vec<String>,
+    /// Entries left alone, with the reason.
+    pub skipped: Vec<(String, String)>,
+    /// Unified diff with secrets redacted (dry run).
+    pub diff: Option<String>,
+    /// Things the person must know (restart the client, rotate a secret).
+    pub notes: Vec<String>,
+}
+
+/// Protects and unprotects config files.
+pub struct Protector<'a> {
+    /// `$GATEHOUSE_HOME` (written into every wrapped entry as `--home`).
+    pub gatehouse_home: PathBuf,
+    /// Absolute path of the gatehouse binary.
+    pub exe: PathBuf,
+    /// Where secrets go.
+    pub vault: &'a dyn Vault,
+    /// Where identities go.
+    pub registry: &'a dyn ServerRegistry,
+    /// Which clients run.
+    pub processes: &'a dyn ProcessProbe,
+    /// Source of opaque server ids.
+    pub ids: Mutex<Box<dyn FnMut() -> String + Send + 'a>>,
+    /// Timestamp used in backup names (`YYYYmmddTHHMMSS` or any sortable text).
+    pub stamp: String,
+}
+
+/// A fresh opaque server id: `srv_` + 16 base32 characters.
+pub fn new_server_id() -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz234567";
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        bytes = (nanos ^ u128::from(std::process::id())).to_le_bytes();
+    }
+    format!(
+        "srv_{}",
+        bytes
+            .iter()
+            .map(|b| ALPHABET[(b & 31) as usize] as char)
+            .collect::<String>()
+    )
+}
+
+fn read(path: &Path) -> Result<String, ClientError> {
+    std::fs::read_to_string(path).map_err(|source| ClientError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn parse(file: &ConfigFile, text: &str) -> Result<ConfigDoc, ClientError> {
+    ConfigDoc::parse(file.client.format, text).map_err(|e| ClientError::Parse {
+        path: file.path.clone(),
+        line: e.line,
+        col: e.col,
+        msg: e.msg,
+    })
+}
+
+fn entries(file: &ConfigFile, doc: &ConfigDoc) -> Vec<EntryView> {
+    doc.entries(
+        file.client.servers_key,
+        file.client.per_project_sections && file.project.is_none(),
+    )
+}
+
+/// Unified diff of two texts, with every value in `secrets` replaced.
+pub fn redacted_diff(path: &Path, old: &str, new: &str, secrets: &[String]) -> String {
+    let diff = similar::TextDiff::from_lines(old, new);
+    let name = path.display().to_string();
+    let mut out = diff
+        .unified_diff()
+        .context_radius(3)
+        .header(&name, &name)
+        .to_string();
+    let mut secrets: Vec<&String> = secrets.iter().filter(|s| s.len() >= 4).collect();
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    for s in secrets {
+        out = out.replace(s.as_str(), "<redacted>");
+    }
+    out
+}
+
+/// Whether git tracks `path`.
+pub fn git_tracked(path: &Path) -> bool {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return false;
+    };
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["ls-files", "--error-unmatch", "--"])
+        .arg(name)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether the committed version of `path` (HEAD) contains any of `secrets`.
+fn committed_secret(path: &Path, secrets: &[&Secret<String>]) -> bool {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return false;
+    };
+    let Ok(out) = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .arg("show")
+        .arg(format!("HEAD:./{}", name.to_string_lossy()))
+        .output()
+    else {
+        return false;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    out.status.success()
+        && secrets
+            .iter()
+            .any(|s| !s.expose().is_empty() && text.contains(s.expose().as_str()))
+}
+
+impl Protector<'_> {
+    fn state(&self) -> StateDir {
+        StateDir {
+            home: self.gatehouse_home.clone(),
+        }
+    }
+
+    fn exe_str(&self) -> String {
+        self.exe.to_string_lossy().into_owned()
+    }
+
+    fn owner_running(&self, file: &ConfigFile) -> bool {
+        file.client.owns_file_while_running
+            && file.project.is_none()
+            && self.processes.running(file.client.process_names)
+    }
+
+    /// Wraps every wrappable stdio entry of `file` (and with `repair`,
+    /// repoints existing wrappers at the current binary).
+    pub fn protect_file(
+        &self,
+        file: &ConfigFile,
+        opts: &Options,
+    ) -> Result<FileReport, ClientError> {
+        let mut report = FileReport {
+            path: file.path.clone(),
+            client: file.client.key.into(),
+            ..FileReport::default()
+        };
+        let original = read(&file.path)?;
+        let mut text = original.clone();
+        let mut doc = parse(file, &text)?;
+        let exe = self.exe_str();
+        let mut had_wrapped = false;
+        // Repair first: point existing wrappers at this binary.
+        let stale: Vec<EntryView> = entries(file, &doc)
+            .into_iter()
+            .filter(|e| e.wrapped.is_some())
+            .collect();
+        had_wrapped |= !stale.is_empty();
+        if opts.repair {
+            let to_fix: Vec<&EntryView> =
+                stale.iter().filter(|e| matches!(&e.kind, EntryKind::Stdio { command, .. } if command != &exe && is_gatehouse_exe(command))).collect();
+            if !to_fix.is_empty() {
+                text = doc.repair(&to_fix, &exe);
+                report
+                    .entries
+                    .extend(to_fix.iter().map(|e| format!("{} (repaired)", e.name)));
+                doc = parse(file, &text)?;
+            }
+        }
+        let views = entries(file, &doc);
+        let mut plans: Vec<(EntryView, EntryPlan)> = Vec::new();
+        for v in &views {
+            if v.wrapped.is_some() {
+                continue;
+            }
+            if let Some(reason) = v.blocker() {
+                report.skipped.push((v.name.clone(), reason));
+                continue;
+            }
+            if v.env_file {
+                report.notes.push(format!(
+                    "{}: envFile is passed through as is; secrets in it are not moved",
+                    v.name
+                ));
+            }
+            let id = (self.ids.lock().unwrap_or_else(|p| p.into_inner()))();
+            if let Some(plan) = plan_entry(v, &id, &self.gatehouse_home) {
+                plans.push((v.clone(), plan));
+            }
+        }
+        let refs: Vec<(&EntryView, &EntryPlan)> = plans.iter().map(|(v, p)| (v, p)).collect();
+        let rewrite = doc.protect(&refs, &exe);
+        let new_text = if plans.is_empty() {
+            text.clone()
+        } else {
+            rewrite.text.clone()
+        };
+        if new_text == original {
+            return Ok(report);
+        }
+        report.changed = true;
+        report
+            .entries
+            .extend(plans.iter().map(|(v, _)| v.name.clone()));
+        let secrets: Vec<&Secret<String>> = plans
+            .iter()
+            .flat_map(|(_, p)| p.env_moves.iter().chain(&p.arg_secrets).map(|(_, s)| s))
+            .collect();
+        let secret_texts: Vec<String> = secrets.iter().map(|s| s.expose().clone()).collect();
+        let tracked = file.project.is_some() && git_tracked(&file.path);
+        if tracked && committed_secret(&file.path, &secrets) {
+            report.notes.push("a secret in this file was committed to git: rotate it — moving it to the keyring does not remove it from history".into());
+        }
+        if opts.dry_run {
+            report.diff = Some(redacted_diff(
+                &file.path,
+                &original,
+                &new_text,
+                &secret_texts,
+            ));
+            if tracked && !opts.yes {
+                report.notes.push(
+                    "git-tracked project file: the real run needs --yes (teammates get the change)"
+                        .into(),
+                );
+            }
+            return Ok(report);
+        }
+        if tracked && !opts.yes {
+            return Err(ClientError::Refused(format!(
+                "{} is tracked by git: rewriting it changes it for everyone who pulls; rerun with --yes to confirm",
+                file.path.display()
+            )));
+        }
+        if self.owner_running(file) {
+            return Err(ClientError::Refused(format!(
+                "{} is running and rewrites {} itself; quit it (all sessions) and run protect again",
+                file.client.name,
+                file.path.display()
+            )));
+        }
+        // Secrets first: if the keyring is unavailable nothing is written.
+        let mut stored: Vec<(&str, &str)> = Vec::new();
+        for (_, plan) in &plans {
+            for (name, value) in plan.env_moves.iter().chain(&plan.arg_secrets) {
+                if let Err(e) = self.vault.set(&plan.id, name, value.clone()) {
+                    for (id, n) in &stored {
+                        let _ = self.vault.delete(id, n);
+                    }
+                    return Err(ClientError::Vault(e));
+                }
+                stored.push((&plan.id, name));
+            }
+        }
+        let mut state = self.state().load()?;
+        let key = file_key(&file.path);
+        let backup = self.make_backup(file, &original, &new_text, &rewrite.splices);
+        let rel = self.state().write_backup(&backup, &self.stamp)?;
+        atomic_write(&file.path, &original, &new_text)?;
+        let previous = state.files.get(&key).cloned();
+        let byte_restorable = !had_wrapped && previous.is_none();
+        state.files.insert(
+            key,
+            FileState {
+                client: file.client.key.into(),
+                backup: previous.as_ref().map_or(rel.clone(), |p| p.backup.clone()),
+                protected_sha256: byte_restorable.then(|| sha256(&new_text)),
+            },
+        );
+        for (view, plan) in &plans {
+            let added = rewrite
+                .added_env_vars
+                .iter()
+                .find(|(n, _)| *n == view.name)
+                .map(|(_, a)| a.clone())
+                .unwrap_or_default();
+            let record = ProtectedServer {
+                id: plan.id.clone(),
+                client: file.client.key.into(),
+                config_path: file.path.to_string_lossy().into_owned(),
+                scope: view.scope_label(file.project.is_some()),
+                entry_name: view.name.clone(),
+                launch_hash: launch_command_hash(&plan.argv),
+                argv: plan.argv.clone(),
+                cwd: file
+                    .project
+                    .as_ref()
+                    .map(|p| p.to_string_lossy().into_owned()),
+                secret_names: plan.secret_names(),
+                pass_env: plan.pass_env.clone(),
+                added_env_vars: added,
+            };
+            self.registry.register(&record)?;
+            state.servers.retain(|s| s.id != record.id);
+            state.servers.push(record);
+        }
+        self.state().save(&state)?;
+        if file.client.key == "claude-desktop" && self.processes.running(file.client.process_names)
+        {
+            report.notes.push("Claude Desktop is running and may write its old config back: quit it fully, start it again, then run `gatehouse clients` to check".into());
+        }
+        report.notes.push(format!("reload: {}", file.client.reload));
+        Ok(report)
+    }
+
+    fn make_backup(
+        &self,
+        file: &ConfigFile,
+        original: &str,
+        new_text: &str,
+        splices: &[crate::doc::Splice],
+    ) -> Backup {
+        let mut redacted = String::with_capacity(original.len());
+        let mut out = Vec::new();
+        let mut last = 0;
+        for s in splices {
+            redacted.push_str(&original[last..s.span.start]);
+            out.push(BackupSplice {
+                offset: redacted.len(),
+                server_id: s.owner.clone(),
+                template: s.template.clone(),
+                quote: s.quote.clone(),
+            });
+            last = s.span.end;
+        }
+        redacted.push_str(&original[last..]);
+        Backup {
+            version: 1,
+            client: file.client.key.into(),
+            path: file.path.to_string_lossy().into_owned(),
+            original_sha256: sha256(original),
+            protected_sha256: sha256(new_text),
+            redacted,
+            splices: out,
+        }
+    }
+
+    fn expand(&self, server_id: &str, template: &str) -> Result<String, ClientError> {
+        let names = find_placeholders(template);
+        let mut out = String::new();
+        let mut last = 0;
+        for (range, name) in names {
+            let value = self.vault.get(server_id, name)?.ok_or_else(|| {
+                ClientError::Refused(format!(
+                    "the keyring has no secret {name} for server {server_id}; cannot restore it"
+                ))
+            })?;
+            out.push_str(&template[last..range.start]);
+            out.push_str(value.expose());
+            last = range.end;
+        }
+        out.push_str(&template[last..]);
+        Ok(out)
+    }
+
+    /// Restores `file`: byte for byte when unchanged since protect, else by
+    /// unwrapping Gatehouse's entries in place (keeping other edits).
+    pub fn unprotect_file(
+        &self,
+        file: &ConfigFile,
+        opts: &Options,
+    ) -> Result<FileReport, ClientError> {
+        let mut report = FileReport {
+            path: file.path.clone(),
+            client: file.client.key.into(),
+            ..FileReport::default()
+        };
+        let current = read(&file.path)?;
+        let mut state = self.state().load()?;
+        let key = file_key(&file.path);
+        let doc = parse(file, &current)?;
+        let wrapped: Vec<EntryView> = entries(file, &doc)
+            .into_iter()
+            .filter(|e| e.wrapped.is_some())
+            .collect();
+        if wrapped.is_empty() {
+            return Ok(report);
+        }
+        let ids: Vec<String> = wrapped
+            .iter()
+            .filter_map(|e| e.wrapped.as_ref().map(|w| w.server_id.clone()))
+            .collect();
+        let mut restored: Option<String> = None;
+        if let Some(fs) = state.files.get(&key) {
+            if fs.protected_sha256.as_deref() == Some(sha256(&current).as_str()) && !opts.dry_run {
+                let backup = self.state().read_backup(&fs.backup)?;
+                let candidate = backup
+                    .restore(|s| Ok(requote(&s.quote, &self.expand(&s.server_id, &s.template)?)))?;
+                if sha256(&candidate) == backup.original_sha256 {
+                    restored = Some(candidate);
+                }
+            }
+        }
+        let new_text = match restored {
+            Some(t) => t,
+            None => {
+                let mut targets = Vec::new();
+                for e in &wrapped {
+                    targets.push((e, self.unwrap_plan(e, &state.servers, opts.dry_run)?));
+                }
+                doc.unwrap(&targets)
+            }
+        };
+        report.changed = new_text != current;
+        report.entries = wrapped.iter().map(|e| e.name.clone()).collect();
+        if opts.dry_run {
+            report.diff = Some(redacted_diff(&file.path, &current, &new_text, &[]));
+            return Ok(report);
+        }
+        if self.owner_running(file) {
+            return Err(ClientError::Refused(format!(
+                "{} is running and rewrites {} itself; quit it and run unprotect again",
+                file.client.name,
+                file.path.display()
+            )));
+        }
+        atomic_write(&file.path, &current, &new_text)?;
+        for id in &ids {
+            for name in self.vault.list(id).unwrap_or_default() {
+                let _ = self.vault.delete(id, &name);
+            }
+        }
+        state.servers.retain(|s| !ids.contains(&s.id));
+        state.files.remove(&key);
+        self.state().save(&state)?;
+        report.notes.push(format!("reload: {}", file.client.reload));
+        Ok(report)
+    }
+
+    fn unwrap_plan(
+        &self,
+        e: &EntryView,
+        records: &[ProtectedServer],
+        dry_run: bool,
+    ) -> Result<UnwrapPlan, ClientError> {
+        let (EntryKind::Stdio { args, .. }, Some(w)) = (&e.kind, &e.wrapped) else {
+            return Err(ClientError::State("not a wrapped entry".into()));
+        };
+        let id = &w.server_id;
+        let expand = |t: &str| {
+            if dry_run {
+                Ok(t.to_owned())
+            } else {
+                self.expand(id, t)
+            }
+        };
+        let mut plan = UnwrapPlan {
+            command: args[w.inner].clone(),
+            args: vec![],
+            env: vec![],
+            remove_env_vars: vec![],
+        };
+        for (i, a) in args.iter().enumerate().skip(w.inner + 1) {
+            if !find_placeholders(a).is_empty() {
+                plan.args.push((i, expand(a)?));
+            }
+        }
+        for (name, value) in &e.env {
+            if let Some(v) = value
+                .as_deref()
+                .filter(|v| !find_placeholders(v).is_empty())
+            {
+                plan.env.push((name.clone(), expand(v)?));
+            }
+        }
+        if let Some(rec) = records.iter().find(|r| &r.id == id) {
+            plan.remove_env_vars = rec.added_env_vars.clone();
+        }
+        Ok(plan)
+    }
+}

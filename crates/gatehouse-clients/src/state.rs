@@ -1,0 +1,182 @@
+//! What protect remembers under `$GATEHOUSE_HOME`: protected servers,
+//! per-file backup references (`clients/state.json`, 0600) and backups
+//! (`backups/*.json`) that hold keyring references instead of secret values.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::fsutil::write_private;
+use crate::ClientError;
+
+/// One wrapped entry, as recorded at protect time (DESIGN §2 identity).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProtectedServer {
+    /// Opaque server id.
+    pub id: String,
+    /// Client key (`cursor`).
+    pub client: String,
+    /// Config file path as found (before symlink resolution).
+    pub config_path: String,
+    /// `user`, `project`, or `local:<project>`.
+    pub scope: String,
+    /// Entry name in the config.
+    pub entry_name: String,
+    /// `launch_command_hash(argv)`.
+    pub launch_hash: String,
+    /// [command, args…] with `{{vault:NAME}}` placeholders.
+    pub argv: Vec<String>,
+    /// Working directory the client starts the server in, when known.
+    pub cwd: Option<String>,
+    /// Vault names moved for this server.
+    pub secret_names: Vec<String>,
+    /// Names passed with `--pass-env`.
+    pub pass_env: Vec<String>,
+    /// Codex `env_vars` names Gatehouse added.
+    pub added_env_vars: Vec<String>,
+}
+
+/// Where the backup of a protected file is, and whether the file can still
+/// be restored byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileState {
+    /// Client key.
+    pub client: String,
+    /// Backup file, relative to `$GATEHOUSE_HOME`.
+    pub backup: String,
+    /// Hash of the text Gatehouse wrote; `None` when a byte-for-byte restore
+    /// would lose changes made between protects.
+    pub protected_sha256: Option<String>,
+}
+
+/// `clients/state.json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    /// Format version.
+    pub version: u32,
+    /// By resolved config path.
+    pub files: BTreeMap<String, FileState>,
+    /// Every protected server.
+    pub servers: Vec<ProtectedServer>,
+}
+
+/// One secret span removed from a backup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupSplice {
+    /// Byte offset in `redacted` where the quoted value goes back.
+    pub offset: usize,
+    /// Whose vault holds the value.
+    pub server_id: String,
+    /// The value with `{{vault:NAME}}` placeholders.
+    pub template: String,
+    /// Quoting style (`json`, `toml-basic`, `toml-literal`).
+    pub quote: String,
+}
+
+/// A config as it was before protect, minus its secrets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backup {
+    /// Format version.
+    pub version: u32,
+    /// Client key.
+    pub client: String,
+    /// Config path.
+    pub path: String,
+    /// Hash of the original text.
+    pub original_sha256: String,
+    /// Hash of the text protect wrote.
+    pub protected_sha256: String,
+    /// The original text with secret spans cut out.
+    pub redacted: String,
+    /// Where to splice the secrets back.
+    pub splices: Vec<BackupSplice>,
+}
+
+impl Backup {
+    /// Rebuilds the original text given a function that expands a splice.
+    pub fn restore(
+        &self,
+        mut expand: impl FnMut(&BackupSplice) -> Result<String, ClientError>,
+    ) -> Result<String, ClientError> {
+        let mut out = self.redacted.clone();
+        let mut splices: Vec<&BackupSplice> = self.splices.iter().collect();
+        splices.sort_by(|a, b| b.offset.cmp(&a.offset));
+        for s in splices {
+            if s.offset > out.len() || !out.is_char_boundary(s.offset) {
+                return Err(ClientError::State(
+                    "backup splice offset out of range".into(),
+                ));
+            }
+            out.insert_str(s.offset, &expand(s)?);
+        }
+        Ok(out)
+    }
+}
+
+/// Paths under `$GATEHOUSE_HOME`.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    /// `$GATEHOUSE_HOME`.
+    pub home: PathBuf,
+}
+
+impl StateDir {
+    fn state_path(&self) -> PathBuf {
+        self.home.join("clients").join("state.json")
+    }
+
+    /// Reads the state (empty when absent).
+    pub fn load(&self) -> Result<State, ClientError> {
+        let path = self.state_path();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text)
+                .map_err(|e| ClientError::State(format!("{}: {e}", path.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State {
+                version: 1,
+                ..State::default()
+            }),
+            Err(source) => Err(ClientError::Io { path, source }),
+        }
+    }
+
+    /// Writes the state (0600).
+    pub fn save(&self, state: &State) -> Result<(), ClientError> {
+        let text =
+            serde_json::to_string_pretty(state).map_err(|e| ClientError::State(e.to_string()))?;
+        write_private(&self.state_path(), &text)
+    }
+
+    /// Stores a backup; returns its path relative to the home.
+    pub fn write_backup(&self, backup: &Backup, stamp: &str) -> Result<String, ClientError> {
+        let short = backup
+            .original_sha256
+            .trim_start_matches("sha256:")
+            .get(..12)
+            .unwrap_or("x")
+            .to_owned();
+        let rel = format!("backups/{stamp}-{}-{short}.json", backup.client);
+        let text =
+            serde_json::to_string_pretty(backup).map_err(|e| ClientError::State(e.to_string()))?;
+        write_private(&self.home.join(&rel), &text)?;
+        Ok(rel)
+    }
+
+    /// Reads a backup by relative path.
+    pub fn read_backup(&self, rel: &str) -> Result<Backup, ClientError> {
+        let path = self.home.join(rel);
+        let text = std::fs::read_to_string(&path).map_err(|source| ClientError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        serde_json::from_str(&text)
+            .map_err(|e| ClientError::State(format!("{}: {e}", path.display())))
+    }
+}
+
+/// Key for [`State::files`].
+pub fn file_key(path: &Path) -> String {
+    crate::fsutil::resolve_target(path)
+        .to_string_lossy()
+        .into_owned()
+}

@@ -1,0 +1,575 @@
+//! Protect / unprotect against fixture homes (every client, JSONC with
+//! comments, TOML, Windows-style paths, a symlinked config).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use gatehouse_clients::discover::{all_projects, config_files, ConfigFile};
+use gatehouse_clients::entry::parse_wrap;
+use gatehouse_clients::protect::{FixedProbe, NoRegistry, Options, Protector};
+use gatehouse_clients::state::StateDir;
+use gatehouse_clients::{detect, ClientError, HomeDirs, Os, CLIENTS};
+use gatehouse_vault::{MemoryVault, Vault};
+
+const CANARIES: &[&str] = &[
+    "ghp_CANARY0123456789abcdefghijKLMNOP",
+    "pg-Canary-Pass-77",
+    "sntrys_Canary0123456789ABCdef",
+    "github_pat_11CANARYWINDSURF0123456789abcdefghij",
+    "xoxb-123456789012-CanarySlackToken",
+    "ctx7sk-Canary0123456789ABCdef",
+    "BSA-Canary0123456789abcDEF",
+    "sk-CanaryProject0123456789abcdef",
+];
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let ft = entry.file_type().unwrap();
+        if ft.is_symlink() {
+            let target = std::fs::read_link(&src).unwrap();
+            #[cfg(unix)]
+            std::os::unix::fs::symlink(target, &dst).unwrap();
+            #[cfg(not(unix))]
+            std::fs::copy(src.parent().unwrap().join(target), &dst)
+                .map(|_| ())
+                .unwrap();
+        } else if ft.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    dirs: HomeDirs,
+    vault: MemoryVault,
+    probe: FixedProbe,
+}
+
+impl Fixture {
+    fn new(name: &str) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        copy_tree(
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures")
+                .join(name),
+            &root,
+        );
+        let dirs = HomeDirs::fixture(&root, Os::Linux);
+        Self {
+            _tmp: tmp,
+            root,
+            dirs,
+            vault: MemoryVault::new(),
+            probe: FixedProbe::default(),
+        }
+    }
+
+    fn protector(&self) -> Protector<'_> {
+        let n = AtomicUsize::new(0);
+        Protector {
+            gatehouse_home: self.root.join("gh"),
+            exe: PathBuf::from("/opt/gatehouse/bin/gatehouse"),
+            vault: &self.vault,
+            registry: &NoRegistry,
+            processes: &self.probe,
+            ids: Mutex::new(Box::new(move || {
+                format!("srv_test{:04}", n.fetch_add(1, Ordering::SeqCst) + 1)
+            })),
+            stamp: "20250101T000000".into(),
+        }
+    }
+
+    fn files(&self) -> Vec<ConfigFile> {
+        let projects = all_projects(&self.dirs, &[self.root.join("project")]);
+        CLIENTS
+            .iter()
+            .flat_map(|c| config_files(c, &self.dirs, &projects))
+            .collect()
+    }
+
+    fn rel(&self, p: &Path) -> String {
+        p.strip_prefix(&self.root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    fn snapshot_text(&self, text: &str) -> String {
+        text.replace(&self.root.to_string_lossy().into_owned(), "[ROOT]")
+    }
+
+    fn everything_in_gatehouse_home(&self) -> String {
+        let mut all = String::new();
+        let mut stack = vec![self.root.join("gh")];
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    all.push_str(&std::fs::read_to_string(e.path()).unwrap());
+                }
+            }
+        }
+        all
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap()
+}
+
+#[test]
+fn detect_reports_clients_servers_secrets_and_blockers() {
+    let fx = Fixture::new("linux-all");
+    let found = detect(&fx.dirs, &[fx.root.join("project")]);
+    let keys: Vec<&str> = found.iter().map(|c| c.key).collect();
+    assert_eq!(
+        keys,
+        [
+            "cursor",
+            "claude-desktop",
+            "claude-code",
+            "vscode",
+            "windsurf",
+            "gemini",
+            "codex",
+            "zed",
+            "cline"
+        ],
+        "every fixture client is found"
+    );
+    let mut lines = Vec::new();
+    for c in &found {
+        for f in &c.files {
+            for s in &f.servers {
+                lines.push(format!(
+                    "{} {} {} [{}] secrets={:?} blocker={:?}",
+                    c.key,
+                    s.name,
+                    s.transport,
+                    s.scope,
+                    s.secrets,
+                    s.blocker.as_deref().unwrap_or("-")
+                ));
+            }
+        }
+    }
+    let json = serde_json::to_string(&found).unwrap();
+    for canary in CANARIES {
+        assert!(
+            !json.contains(canary),
+            "detect output must name secrets, never show them ({canary})"
+        );
+    }
+    insta::assert_snapshot!("detect", lines.join("\n"));
+}
+
+#[test]
+fn protect_every_client_snapshot_and_restore_byte_for_byte() {
+    let fx = Fixture::new("linux-all");
+    let p = fx.protector();
+    let files = fx.files();
+    let originals: Vec<String> = files.iter().map(|f| read(&f.path)).collect();
+    let opts = Options {
+        yes: true,
+        ..Options::default()
+    };
+    for f in &files {
+        let report = p
+            .protect_file(f, &opts)
+            .unwrap_or_else(|e| panic!("protect {}: {e}", f.path.display()));
+        assert!(report.changed, "{} should change", f.path.display());
+        let text = read(&f.path);
+        insta::assert_snapshot!(
+            format!("protected-{}", fx.rel(&f.path).replace(['/', '.'], "_")),
+            fx.snapshot_text(&text)
+        );
+        for canary in CANARIES {
+            assert!(
+                !text.contains(canary),
+                "{} still holds a plain-text secret",
+                f.path.display()
+            );
+        }
+    }
+    // Symlink written through.
+    let link = fx.dirs.config.join("Claude/claude_desktop_config.json");
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the symlink must survive"
+    );
+    assert!(
+        read(&fx.dirs.home.join("dotfiles/claude_desktop_config.json")).contains("gatehouse"),
+        "the target is rewritten"
+    );
+    // Secrets in the vault under their server ids; none in backups or state.
+    assert_eq!(
+        fx.vault
+            .get("srv_test0001", "GITHUB_PERSONAL_ACCESS_TOKEN")
+            .unwrap()
+            .unwrap()
+            .expose(),
+        CANARIES[0]
+    );
+    let stored = fx.everything_in_gatehouse_home();
+    assert!(
+        stored.contains("{{vault:"),
+        "backups keep keyring references"
+    );
+    for canary in CANARIES {
+        assert!(
+            !stored.contains(canary),
+            "GATEHOUSE_HOME must not hold {canary}"
+        );
+    }
+    // Idempotent.
+    for f in &files {
+        let again = p.protect_file(f, &opts).unwrap();
+        assert!(
+            !again.changed,
+            "second protect of {} must change nothing",
+            f.path.display()
+        );
+    }
+    // Unprotect: byte for byte, secrets back, vault emptied.
+    for (f, original) in files.iter().zip(&originals) {
+        p.unprotect_file(f, &opts).unwrap();
+        assert_eq!(
+            &read(&f.path),
+            original,
+            "{} must be restored exactly",
+            f.path.display()
+        );
+    }
+    assert!(
+        fx.vault.is_empty(),
+        "unprotect removes the moved secrets from the vault"
+    );
+}
+
+#[test]
+fn launch_hash_matches_what_wrap_sees() {
+    let fx = Fixture::new("linux-all");
+    let p = fx.protector();
+    let cursor = fx
+        .files()
+        .into_iter()
+        .find(|f| f.client.key == "cursor")
+        .unwrap();
+    p.protect_file(&cursor, &Options::default()).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&read(&cursor.path)).unwrap();
+    let state = StateDir {
+        home: fx.root.join("gh"),
+    }
+    .load()
+    .unwrap();
+    for (name, entry) in doc["mcpServers"].as_object().unwrap() {
+        let Some(command) = entry["command"].as_str() else {
+            continue;
+        };
+        let args: Vec<String> = entry["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect();
+        let w = parse_wrap(command, &args).expect("stdio entries are wrapped");
+        let rec = state
+            .servers
+            .iter()
+            .find(|s| s.id == w.server_id)
+            .expect("recorded");
+        assert_eq!(&rec.entry_name, name);
+        assert_eq!(
+            rec.launch_hash,
+            gatehouse_protocol::identity::launch_command_hash(&args[w.inner..]),
+            "hash of argv after `--`"
+        );
+        assert_eq!(
+            w.home.as_deref(),
+            Some(fx.root.join("gh").to_str().unwrap())
+        );
+    }
+}
+
+#[test]
+fn edits_after_protect_survive_unprotect() {
+    let fx = Fixture::new("linux-all");
+    let p = fx.protector();
+    let files = fx.files();
+    let vscode = files
+        .iter()
+        .find(|f| f.client.key == "vscode" && f.path.ends_with("User/mcp.json"))
+        .unwrap();
+    let codex = files.iter().find(|f| f.client.key == "codex").unwrap();
+    let cursor = files.iter().find(|f| f.client.key == "cursor").unwrap();
+    for f in [vscode, codex, cursor] {
+        p.protect_file(f, &Options::default()).unwrap();
+    }
+    // The person edits each file after protect.
+    let t = read(&vscode.path).replace(
+        "// VS Code user MCP servers",
+        "// VS Code user MCP servers (edited)",
+    );
+    std::fs::write(&vscode.path, t).unwrap();
+    let t = read(&codex.path).replace("model = \"o4-mini\"", "model = \"o3\"");
+    std::fs::write(&codex.path, t).unwrap();
+    let t = read(&cursor.path).replace(
+        "\"mcpServers\": {",
+        "\"mcpServers\": {\n    \"added\": { \"command\": \"added-server\" },",
+    );
+    std::fs::write(&cursor.path, t).unwrap();
+
+    for f in [vscode, codex, cursor] {
+        p.unprotect_file(f, &Options::default()).unwrap();
+    }
+    let v = read(&vscode.path);
+    assert!(v.contains("(edited)"), "the comment edit survives");
+    assert!(!v.contains("gatehouse"), "no wrapper is left");
+    assert!(
+        v.contains("\"args\": [\"-y\", \"server-perplexity-ask\"]"),
+        "args are back as they were: {v}"
+    );
+    let c = read(&codex.path);
+    assert!(c.contains("model = \"o3\""), "the TOML edit survives");
+    assert!(
+        c.contains("ctx7sk-Canary0123456789ABCdef") && c.contains("BSA-Canary0123456789abcDEF"),
+        "secrets are put back"
+    );
+    assert!(
+        c.contains("env_vars = [\"HTTPS_PROXY\"]"),
+        "only Gatehouse's env_vars are removed: {c}"
+    );
+    assert!(!c.contains("gatehouse"), "no wrapper left: {c}");
+    let k = read(&cursor.path);
+    assert!(
+        k.contains("\"added\": { \"command\": \"added-server\" }"),
+        "the added server survives"
+    );
+    assert!(
+        k.contains(CANARIES[0]) && k.contains(CANARIES[1]),
+        "secrets are spliced back"
+    );
+    let parsed: serde_json::Value = serde_json::from_str(&k).unwrap();
+    assert_eq!(
+        parsed["mcpServers"]["github"]["args"],
+        serde_json::json!(["-y", "@modelcontextprotocol/server-github"])
+    );
+    assert_eq!(parsed["mcpServers"]["postgres"]["command"], "npx");
+}
+
+#[test]
+fn unparseable_file_is_untouched_with_position() {
+    let fx = Fixture::new("linux-all");
+    let cursor = fx.dirs.home.join(".cursor/mcp.json");
+    std::fs::write(
+        &cursor,
+        "{\n  \"mcpServers\": {\n    \"a\": { \"command\": \"x\" }\n    \"b\": {}\n  }\n}\n",
+    )
+    .unwrap();
+    let before = read(&cursor);
+    let file = fx
+        .files()
+        .into_iter()
+        .find(|f| f.client.key == "cursor")
+        .unwrap();
+    let err = fx
+        .protector()
+        .protect_file(&file, &Options::default())
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(
+            err,
+            ClientError::Parse {
+                line: 4,
+                col: 5,
+                ..
+            }
+        ),
+        "expected a parse error at 4:5, got {msg}"
+    );
+    assert!(
+        msg.contains(".cursor/mcp.json:4:5"),
+        "message names file:line:col: {msg}"
+    );
+    assert_eq!(read(&cursor), before, "the file is not touched");
+}
+
+#[test]
+fn unavailable_vault_writes_nothing() {
+    let mut fx = Fixture::new("linux-all");
+    fx.vault = MemoryVault::unavailable("no Secret Service on the session bus");
+    let file = fx
+        .files()
+        .into_iter()
+        .find(|f| f.client.key == "cursor")
+        .unwrap();
+    let before = read(&file.path);
+    let err = fx
+        .protector()
+        .protect_file(&file, &Options::default())
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Vault(_)), "got {err}");
+    assert!(err.to_string().contains("nothing was written"));
+    assert_eq!(
+        read(&file.path),
+        before,
+        "no plain-text fallback, no half-protected file"
+    );
+}
+
+#[test]
+fn claude_code_running_blocks_writing_its_state_file() {
+    let mut fx = Fixture::new("linux-all");
+    fx.probe = FixedProbe(vec!["claude".into()]);
+    let file = fx
+        .files()
+        .into_iter()
+        .find(|f| f.client.key == "claude-code" && f.project.is_none())
+        .unwrap();
+    let before = read(&file.path);
+    let err = fx
+        .protector()
+        .protect_file(&file, &Options::default())
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("Claude Code is running"),
+        "got {err}"
+    );
+    assert_eq!(read(&file.path), before);
+}
+
+#[test]
+fn dry_run_diff_is_redacted_and_writes_nothing() {
+    let fx = Fixture::new("linux-all");
+    let file = fx
+        .files()
+        .into_iter()
+        .find(|f| f.client.key == "cursor")
+        .unwrap();
+    let before = read(&file.path);
+    let report = fx
+        .protector()
+        .protect_file(
+            &file,
+            &Options {
+                dry_run: true,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+    let diff = report.diff.expect("a diff");
+    assert_eq!(read(&file.path), before, "dry run writes nothing");
+    assert!(fx.vault.is_empty(), "dry run stores nothing");
+    for canary in CANARIES {
+        assert!(!diff.contains(canary), "diff leaks {canary}:\n{diff}");
+    }
+    assert!(
+        diff.contains("<redacted>") && diff.contains("+") && diff.contains("gatehouse"),
+        "{diff}"
+    );
+}
+
+#[test]
+fn repair_repoints_wrappers() {
+    let fx = Fixture::new("linux-all");
+    let file = fx
+        .files()
+        .into_iter()
+        .find(|f| f.client.key == "cline")
+        .unwrap();
+    fx.protector()
+        .protect_file(&file, &Options::default())
+        .unwrap();
+    let mut moved = fx.protector();
+    moved.exe = PathBuf::from("/usr/local/bin/gatehouse");
+    let r = moved
+        .protect_file(
+            &file,
+            &Options {
+                repair: true,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+    assert!(r.changed);
+    let text = read(&file.path);
+    assert!(
+        text.contains("\"command\": \"/usr/local/bin/gatehouse\""),
+        "{text}"
+    );
+    assert!(!text.contains("/opt/gatehouse"), "old path gone");
+    assert_eq!(text.matches("\"wrap\"").count(), 1, "not wrapped twice");
+}
+
+#[test]
+fn git_tracked_project_file_needs_yes_and_committed_secret_means_rotate() {
+    if std::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: git not installed");
+        return;
+    }
+    let fx = Fixture::new("linux-all");
+    let proj = fx.root.join("project");
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&proj)
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    };
+    git(&["init", "-q"]);
+    git(&["add", ".mcp.json"]);
+    git(&["commit", "-q", "-m", "init"]);
+    let file = fx
+        .files()
+        .into_iter()
+        .find(|f| f.project.is_some())
+        .unwrap();
+    let err = fx
+        .protector()
+        .protect_file(&file, &Options::default())
+        .unwrap_err();
+    assert!(err.to_string().contains("--yes"), "got {err}");
+    let r = fx
+        .protector()
+        .protect_file(
+            &file,
+            &Options {
+                yes: true,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+    assert!(
+        r.notes.iter().any(|n| n.contains("rotate")),
+        "committed secret must be flagged: {:?}",
+        r.notes
+    );
+}
