@@ -287,3 +287,451 @@ impl Store {
         Ok(done.rows_affected())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::test_support::{mem, patient, TempHome};
+
+    fn call(server: &str, tool: &str, category: &str) -> NewCall {
+        NewCall {
+            server_id: server.into(),
+            tool: tool.into(),
+            category: category.into(),
+            outcome: "allow".into(),
+            detail: Some(vec![1, 2, 3]),
+        }
+    }
+
+    /// The "max N allowed in the window" rule the concurrency tests use.
+    fn at_most(n: usize) -> impl FnOnce(&WindowSnapshot) -> CallDecision<bool> + Send {
+        move |snapshot: &WindowSnapshot| {
+            if snapshot.entries.len() < n {
+                CallDecision::allow(true)
+            } else {
+                CallDecision::deny(false)
+            }
+        }
+    }
+
+    async fn total_changes(store: &Store) -> i64 {
+        sqlx::query_scalar("SELECT total_changes()")
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn snapshot_decision_and_record() {
+        let store = mem().await;
+        let first = store
+            .check_and_record_call(
+                "s1",
+                1000,
+                30_000,
+                call("fs", "read_file", "read"),
+                |snap| {
+                    assert!(snap.entries.is_empty() && snap.buckets.is_empty());
+                    assert_eq!(
+                        (snap.session.as_str(), snap.now_ms, snap.window_start_ms),
+                        ("s1", 1000, -29_000)
+                    );
+                    CallDecision::allow("ok")
+                },
+            )
+            .await
+            .unwrap();
+        let first_id = first.recorded.expect("allowed calls are recorded");
+        assert_eq!(first.decision.verdict, "ok");
+        assert!(store.attach_result(first_id, b"taint").await.unwrap());
+        assert!(
+            !store
+                .attach_result(
+                    CallId {
+                        id: first_id.id,
+                        time_ms: 1
+                    },
+                    b"x"
+                )
+                .await
+                .unwrap(),
+            "a call id with another time is a different call"
+        );
+
+        let bucket = BucketState {
+            tokens: 19.0,
+            updated_ms: 2000,
+            cooldown_until_ms: 0,
+        };
+        let denied = store
+            .check_and_record_call(
+                "s1",
+                2000,
+                30_000,
+                call("mail", "send_email", "send"),
+                |snap| {
+                    let earlier: Vec<_> = snap.other_servers("mail").collect();
+                    assert_eq!(earlier.len(), 1, "the read of another server is visible");
+                    assert_eq!(earlier[0].tool, "read_file");
+                    assert_eq!(earlier[0].detail.as_deref(), Some(&[1u8, 2, 3][..]));
+                    assert_eq!(
+                        earlier[0].result.as_deref(),
+                        Some(&b"taint"[..]),
+                        "attached result visible"
+                    );
+                    CallDecision::deny("blocked").with_bucket(bucket)
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(denied.recorded, None, "a blocked call is not recorded");
+        store
+            .check_and_record_call(
+                "s1",
+                3000,
+                30_000,
+                call("mail", "send_email", "send"),
+                |snap| {
+                    assert_eq!(snap.entries.len(), 1, "the blocked call left no entry");
+                    assert_eq!(snap.bucket("mail"), Some(&bucket), "the bucket was stored");
+                    assert_eq!(snap.bucket("fs"), None);
+                    CallDecision::allow(())
+                },
+            )
+            .await
+            .unwrap();
+        // Other sessions are invisible.
+        store
+            .check_and_record_call(
+                "s2",
+                3000,
+                30_000,
+                call("fs", "read_file", "read"),
+                |snap| {
+                    assert!(
+                        snap.entries.is_empty() && snap.buckets.is_empty(),
+                        "sessions are isolated"
+                    );
+                    CallDecision::allow(())
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.window_entries("s1", 0).await.unwrap().len(), 2);
+        assert_eq!(store.window_entries("s1", 2500).await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn one_server_session_writes_one_row() {
+        let store = mem().await; // one pooled connection: total_changes() sees every write
+        for now in [1000, 1100, 1200] {
+            let before = total_changes(&store).await;
+            store
+                .check_and_record_call("s", now, 30_000, call("only", "read", "read"), |_| {
+                    CallDecision::allow(())
+                })
+                .await
+                .unwrap();
+            assert_eq!(
+                total_changes(&store).await - before,
+                1,
+                "exactly one row written per allowed call"
+            );
+        }
+        let before = total_changes(&store).await;
+        store
+            .check_and_record_call("s", 1300, 30_000, call("only", "read", "read"), |_| {
+                CallDecision::deny(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            total_changes(&store).await,
+            before,
+            "a blocked call without a bucket writes nothing"
+        );
+    }
+
+    #[tokio::test]
+    async fn window_prunes_as_it_goes() {
+        let store = mem().await;
+        let allow = |_: &WindowSnapshot| CallDecision::allow(());
+        let rows = |store: Store| async move {
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM call_window")
+                .fetch_one(store.pool())
+                .await
+                .unwrap()
+        };
+        store
+            .check_and_record_call("s", 0, 1000, call("a", "t", "read"), allow)
+            .await
+            .unwrap();
+        store
+            .check_and_record_call("s", 900, 1000, call("a", "t", "read"), allow)
+            .await
+            .unwrap();
+        store
+            .check_and_record_call("s", 1500, 1000, call("a", "t", "read"), |snap| {
+                assert_eq!(snap.entries.len(), 1, "the call at 0 is outside the window");
+                CallDecision::allow(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            rows(store.clone()).await,
+            3,
+            "not pruned before the oldest row is 2 windows old"
+        );
+        store
+            .check_and_record_call("s", 2100, 1000, call("a", "t", "read"), allow)
+            .await
+            .unwrap();
+        assert_eq!(
+            rows(store.clone()).await,
+            2,
+            "rows before 1100 pruned (0 and 900), one added"
+        );
+        store
+            .check_and_record_call("x", 9000, 1000, call("a", "t", "read"), allow)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.prune_call_window(5000).await.unwrap(),
+            2,
+            "the sweep removes dead sessions"
+        );
+        assert_eq!(rows(store.clone()).await, 1);
+    }
+
+    #[tokio::test]
+    async fn buckets_are_swept_and_validated() {
+        let store = mem().await;
+        let bucket = |tokens: f64, updated_ms: i64, cooldown_until_ms: i64| BucketState {
+            tokens,
+            updated_ms,
+            cooldown_until_ms,
+        };
+        store
+            .check_and_record_call("s", 100, 1000, call("a", "t", "read"), move |_| {
+                CallDecision::deny(()).with_bucket(bucket(0.0, 100, 10_000))
+            })
+            .await
+            .unwrap();
+        store
+            .check_and_record_call("s", 100, 1000, call("b", "t", "read"), move |_| {
+                CallDecision::allow(()).with_bucket(bucket(5.0, 100, 0))
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            store.prune_rate_buckets(5000).await.unwrap(),
+            1,
+            "b is idle; a is cooling down"
+        );
+        assert_eq!(store.prune_rate_buckets(20_000).await.unwrap(), 1);
+        let bad = store
+            .check_and_record_call("s", 100, 1000, call("a", "t", "read"), move |_| {
+                CallDecision::allow(()).with_bucket(bucket(f64::NAN, 100, 0))
+            })
+            .await;
+        assert!(matches!(bad, Err(StoreError::Invalid(_))));
+        assert!(
+            store.window_entries("s", 0).await.unwrap().len() == 1,
+            "the failed call rolled back"
+        );
+        sqlx::query("INSERT INTO rate_buckets VALUES ('s', 'z', -1.0, 0, 0)")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        let corrupt = store
+            .check_and_record_call("s", 100, 1000, call("a", "t", "read"), |_| {
+                CallDecision::allow(())
+            })
+            .await;
+        assert!(
+            matches!(corrupt, Err(StoreError::CorruptRow { .. })),
+            "negative tokens are corrupt"
+        );
+        assert!(matches!(
+            store
+                .check_and_record_call("", 1, 1, call("a", "t", "r"), |_| CallDecision::allow(()))
+                .await,
+            Err(StoreError::Invalid(_))
+        ));
+        assert!(matches!(
+            store
+                .check_and_record_call("s", 1, 0, call("a", "t", "r"), |_| CallDecision::allow(()))
+                .await,
+            Err(StoreError::Invalid(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn maintenance_runs_every_prune() {
+        let store = mem().await;
+        store
+            .check_and_record_call("s", 0, 1000, call("a", "t", "read"), |_| {
+                CallDecision::allow(())
+            })
+            .await
+            .unwrap();
+        let report = store
+            .run_maintenance(24 * 60 * 60 * 1000, &crate::MaintenancePolicy::default())
+            .await
+            .unwrap();
+        assert_eq!(report.calls, 1);
+    }
+
+    /// K tasks, each with its own store (its own connections, as separate
+    /// processes would have), race to record calls against "at most N".
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_tasks_record_exactly_n() {
+        const K: usize = 8;
+        const N: usize = 3;
+        let tmp = TempHome::new();
+        let mut stores = Vec::new();
+        for _ in 0..K {
+            stores.push(tmp.open_with(patient()).await);
+        }
+        for round in 0..100 {
+            let session = format!("round-{round}");
+            let barrier = Arc::new(tokio::sync::Barrier::new(K));
+            let mut tasks = Vec::new();
+            for (k, store) in stores.iter().enumerate() {
+                let (store, barrier, session) = (store.clone(), barrier.clone(), session.clone());
+                tasks.push(tokio::spawn(async move {
+                    barrier.wait().await;
+                    let server = format!("srv{}", k % 3);
+                    store
+                        .check_and_record_call(
+                            &session,
+                            1000,
+                            30_000,
+                            call(&server, "t", "read"),
+                            at_most(N),
+                        )
+                        .await
+                        .expect("patient stores wait out the contention")
+                }));
+            }
+            let mut allowed = 0;
+            for task in tasks {
+                let outcome = task.await.unwrap();
+                assert_eq!(outcome.decision.record, outcome.recorded.is_some());
+                allowed += usize::from(outcome.decision.verdict);
+            }
+            let recorded = stores[0].window_entries(&session, 0).await.unwrap().len();
+            assert_eq!(
+                (allowed, recorded),
+                (N, N),
+                "round {round}: exactly N allowed and recorded"
+            );
+        }
+    }
+
+    const CHILD_ENV: &str = "GATEHOUSE_STORE_TEST_CHILD";
+
+    /// Not a test on its own: the body of one child process of
+    /// `concurrent_processes_record_exactly_n` (a no-op without its env).
+    #[tokio::test]
+    async fn child_process_worker() {
+        let Ok(spec) = std::env::var(CHILD_ENV) else {
+            return;
+        };
+        let parts: Vec<&str> = spec.split('\n').collect();
+        let [home, session, dir, k, n] = parts[..] else {
+            panic!("bad child spec");
+        };
+        let dir = PathBuf::from(dir);
+        let store = Store::open(Path::new(home), patient()).await.unwrap();
+        std::fs::write(dir.join(format!("ready-{k}")), b"").unwrap();
+        let go = dir.join("go");
+        for _ in 0..30_000 {
+            if go.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let n: usize = n.parse().unwrap();
+        let outcome = store
+            .check_and_record_call(
+                session,
+                1000,
+                30_000,
+                call(&format!("srv{k}"), "t", "read"),
+                at_most(n),
+            )
+            .await
+            .unwrap();
+        std::fs::write(
+            dir.join(format!("result-{k}")),
+            if outcome.decision.verdict { "1" } else { "0" },
+        )
+        .unwrap();
+    }
+
+    /// K real processes released together against one database file.
+    #[tokio::test]
+    async fn concurrent_processes_record_exactly_n() {
+        const K: usize = 6;
+        const N: usize = 2;
+        const ROUNDS: usize = 20;
+        let tmp = TempHome::new();
+        let store = tmp.open().await;
+        let exe = std::env::current_exe().unwrap();
+        for round in 0..ROUNDS {
+            let dir = tempfile::tempdir().unwrap();
+            let session = format!("proc-round-{round}");
+            let mut children = Vec::new();
+            for k in 0..K {
+                let spec = format!(
+                    "{}\n{session}\n{}\n{k}\n{N}",
+                    tmp.home().display(),
+                    dir.path().display()
+                );
+                children.push(
+                    std::process::Command::new(&exe)
+                        .args([
+                            "--exact",
+                            "calls::tests::child_process_worker",
+                            "--test-threads=1",
+                            "-q",
+                        ])
+                        .env(CHILD_ENV, spec)
+                        .stdout(std::process::Stdio::null())
+                        .spawn()
+                        .unwrap(),
+                );
+            }
+            let ready = |k: usize| dir.path().join(format!("ready-{k}")).exists();
+            for _ in 0..60_000 {
+                if (0..K).all(ready) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            assert!((0..K).all(ready), "round {round}: children did not start");
+            std::fs::write(dir.path().join("go"), b"").unwrap();
+            for mut child in children {
+                assert!(
+                    child.wait().unwrap().success(),
+                    "round {round}: a child failed"
+                );
+            }
+            let allowed: usize = (0..K)
+                .map(|k| std::fs::read_to_string(dir.path().join(format!("result-{k}"))).unwrap())
+                .filter(|r| r == "1")
+                .count();
+            let recorded = store.window_entries(&session, 0).await.unwrap().len();
+            assert_eq!(
+                (allowed, recorded),
+                (N, N),
+                "round {round}: exactly N across processes"
+            );
+        }
+    }
+}

@@ -282,3 +282,146 @@ impl Store {
         Ok(done.rows_affected())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::mem;
+
+    fn request(kind: ConsentKind, created_ms: i64, expires_ms: Option<i64>) -> NewConsent {
+        NewConsent {
+            kind,
+            server_id: "srv".into(),
+            tool: Some("ask".into()),
+            payload_json: r#"{"message":"Server srv asks: your name?"}"#.into(),
+            created_ms,
+            expires_ms,
+            requester_key: Some(vec![7; 32]),
+        }
+    }
+
+    #[tokio::test]
+    async fn lifecycle() {
+        let store = mem().await;
+        let ask = store
+            .create_consent(&request(ConsentKind::Elicitation, 10, Some(1000)))
+            .await
+            .unwrap();
+        let tool = store
+            .create_consent(&request(ConsentKind::ChangedTool, 20, None))
+            .await
+            .unwrap();
+        let stale = store
+            .create_consent(&request(ConsentKind::ShadowTie, 30, Some(50)))
+            .await
+            .unwrap();
+        let quarantine = store
+            .create_consent(&request(ConsentKind::QuarantinedTool, 40, None))
+            .await
+            .unwrap();
+
+        let pending: Vec<_> = store
+            .list_consents(Some(ConsentState::Pending), 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(pending, [ask, tool, stale, quarantine], "oldest first");
+
+        assert!(store
+            .answer_consent(ask, b"sealed-bytes", 60)
+            .await
+            .unwrap());
+        assert!(
+            !store.answer_consent(ask, b"again", 61).await.unwrap(),
+            "answered once only"
+        );
+        assert!(
+            !store.decline_consent(ask, 61).await.unwrap(),
+            "cannot decline an answer"
+        );
+        let answered = store.get_consent(ask).await.unwrap().unwrap();
+        assert_eq!(answered.state, ConsentState::Answered);
+        assert_eq!(answered.answered_ms, Some(60));
+        assert_eq!(answered.requester_key.as_deref(), Some(&[7u8; 32][..]));
+        assert_eq!(
+            store.take_consent_answer(ask).await.unwrap().as_deref(),
+            Some(&b"sealed-bytes"[..])
+        );
+        assert_eq!(
+            store.take_consent_answer(ask).await.unwrap(),
+            None,
+            "the answer is handed over once"
+        );
+        assert_eq!(
+            store.get_consent(ask).await.unwrap().unwrap().sealed_answer,
+            None,
+            "erased after taking"
+        );
+
+        assert!(store.decline_consent(tool, 70).await.unwrap());
+        assert_eq!(
+            store.expire_consents(100).await.unwrap(),
+            1,
+            "only the request past its expiry"
+        );
+        assert_eq!(
+            store.get_consent(stale).await.unwrap().unwrap().state,
+            ConsentState::Expired
+        );
+        assert!(matches!(
+            store.answer_consent(quarantine, b"", 1).await,
+            Err(StoreError::Invalid(_))
+        ));
+
+        assert_eq!(store.list_consents(None, 10).await.unwrap().len(), 4);
+        assert_eq!(
+            store.prune_consents(35).await.unwrap(),
+            3,
+            "settled and older than 35"
+        );
+        let left = store.list_consents(None, 10).await.unwrap();
+        assert_eq!(left.len(), 1);
+        assert_eq!(
+            left[0].kind,
+            ConsentKind::QuarantinedTool,
+            "pending requests are never pruned"
+        );
+        assert!(store.get_consent(999).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn corrupt_consent_rows_are_errors() {
+        let store = mem().await;
+        let id = store
+            .create_consent(&request(ConsentKind::Elicitation, 1, None))
+            .await
+            .unwrap();
+        sqlx::query("UPDATE consent_requests SET answer = x'01'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                store.get_consent(id).await,
+                Err(StoreError::CorruptRow { .. })
+            ),
+            "an answer on a pending request is not believable"
+        );
+        sqlx::query("UPDATE consent_requests SET answer = NULL, kind = 'bribe'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.get_consent(id).await,
+            Err(StoreError::CorruptRow { .. })
+        ));
+        let mut bad = request(ConsentKind::Elicitation, 1, None);
+        bad.payload_json = "{".into();
+        assert!(matches!(
+            store.create_consent(&bad).await,
+            Err(StoreError::Invalid(_))
+        ));
+    }
+}

@@ -138,3 +138,80 @@ impl Store {
         Ok(done.rows_affected())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::mem;
+
+    #[tokio::test]
+    async fn sign_in_sessions() {
+        let store = mem().await;
+        let hash_a = [1u8; 32];
+        let hash_b = [2u8; 32];
+        store
+            .create_ui_session("a", &hash_a, Some("Firefox"), 10)
+            .await
+            .unwrap();
+        store
+            .create_ui_session("b", &hash_b, None, 20)
+            .await
+            .unwrap();
+        assert!(
+            store
+                .create_ui_session("c", &hash_a, None, 30)
+                .await
+                .is_err(),
+            "a token hash belongs to one session"
+        );
+        assert!(matches!(
+            store.create_ui_session("d", &[1, 2], None, 1).await,
+            Err(StoreError::Invalid(_))
+        ));
+
+        let session = store
+            .authenticate_ui_session(&hash_a, 50)
+            .await
+            .unwrap()
+            .expect("active");
+        assert_eq!((session.id.as_str(), session.last_seen_ms), ("a", 50));
+        assert_eq!(session.label.as_deref(), Some("Firefox"));
+        assert!(store
+            .authenticate_ui_session(&[9u8; 32], 50)
+            .await
+            .unwrap()
+            .is_none());
+
+        assert!(store.revoke_ui_session("a", 60).await.unwrap());
+        assert!(
+            !store.revoke_ui_session("a", 61).await.unwrap(),
+            "already revoked"
+        );
+        assert!(
+            store
+                .authenticate_ui_session(&hash_a, 70)
+                .await
+                .unwrap()
+                .is_none(),
+            "a revoked session must not authenticate"
+        );
+        let all = store.list_ui_sessions().await.unwrap();
+        assert_eq!(
+            all.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+            ["b", "a"]
+        );
+        assert!(!all[1].is_active() && all[0].is_active());
+
+        assert_eq!(
+            store.prune_ui_sessions(45).await.unwrap(),
+            1,
+            "b idle since 20; a seen at 50"
+        );
+        assert_eq!(
+            store.prune_ui_sessions(65).await.unwrap(),
+            1,
+            "a revoked at 60"
+        );
+        assert!(store.list_ui_sessions().await.unwrap().is_empty());
+    }
+}
