@@ -18,6 +18,8 @@ pub mod auth;
 pub mod control;
 pub mod error;
 pub mod guard;
+pub mod seal;
+pub mod stream;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -26,7 +28,9 @@ use std::sync::Arc;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::response::Response;
 use axum::Router;
-use tokio::sync::{oneshot, watch};
+use gatehouse_store::{Action, MacKey, NewEvent, Severity, Store};
+use gatehouse_vault::Vault;
+use tokio::sync::{broadcast, oneshot, watch};
 
 pub use auth::{Auth, Clock, SystemClock};
 pub use control::{ControlInfo, ControlLock};
@@ -44,8 +48,16 @@ pub struct ServerConfig {
     pub port: u16,
     /// Origins besides the loopback ones allowed to change state (e.g. the tray app's webview).
     pub extra_origins: Vec<String>,
-    /// Clock for token lifetimes (tests inject their own).
+    /// Clock for token lifetimes and recorded times (tests inject their own).
     pub clock: Arc<dyn Clock>,
+    /// The shared database.
+    pub store: Store,
+    /// Per-install key for the MACs on pins and modes (from the keyring).
+    pub mac_key: MacKey,
+    /// Server secrets; `None` when no keyring is reachable.
+    pub vault: Option<Arc<dyn Vault>>,
+    /// How often the event tail polls the database.
+    pub poll_interval: std::time::Duration,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -58,13 +70,17 @@ impl std::fmt::Debug for ServerConfig {
 }
 
 impl ServerConfig {
-    /// Defaults: any free port, system clock.
-    pub fn new(home: PathBuf) -> Self {
+    /// Defaults: any free port, system clock, no vault, 250 ms polling.
+    pub fn new(home: PathBuf, store: Store, mac_key: MacKey) -> Self {
         ServerConfig {
             home,
             port: 0,
             extra_origins: Vec::new(),
             clock: Arc::new(SystemClock),
+            store,
+            mac_key,
+            vault: None,
+            poll_interval: std::time::Duration::from_millis(250),
         }
     }
 }
@@ -96,6 +112,16 @@ pub struct Inner {
     pub home: PathBuf,
     /// Flips to true on shutdown so streams end.
     pub shutdown: watch::Receiver<bool>,
+    /// The shared database.
+    pub store: Store,
+    /// MAC key for trust rows.
+    pub mac_key: MacKey,
+    /// Server secrets, when a keyring is reachable.
+    pub vault: Option<Arc<dyn Vault>>,
+    /// New events as JSON, fed by [`stream::tail_events`].
+    pub events: broadcast::Sender<Arc<serde_json::Value>>,
+    /// Clock.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl std::ops::Deref for AppState {
@@ -118,12 +144,55 @@ impl AppState {
             allowed: Arc::new(guard::Allowed::for_port(port, &config.extra_origins)),
             home: config.home.clone(),
             shutdown,
+            store: config.store.clone(),
+            mac_key: config.mac_key.clone(),
+            vault: config.vault.clone(),
+            events: broadcast::channel(1024).0,
+            clock: config.clock.clone(),
         }))
     }
 
-    /// Records a sign-in as an event (best effort; never includes the token).
+    /// Current time (ms since epoch) from the configured clock.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// Records something a person did in the dashboard as an event
+    /// (best effort: a busy database must not fail the action itself).
+    pub(crate) async fn record(
+        &self,
+        event_type: &str,
+        server_id: Option<&str>,
+        tool: Option<&str>,
+        reason: &str,
+        session: &str,
+    ) {
+        let mut ev = NewEvent::new(
+            self.now_ms(),
+            event_type,
+            Action::Audit,
+            Severity::Info,
+            reason,
+        );
+        ev.server_id = server_id.map(str::to_owned);
+        ev.tool = tool.map(str::to_owned);
+        ev.rule = Some("control_plane".to_owned());
+        ev.session = Some(format!("ui:{session}"));
+        if let Err(e) = self.store.insert_event(&ev).await {
+            tracing::warn!(error = %e, event_type, "could not record control-plane event");
+        }
+    }
+
+    /// Records a sign-in as an event (never includes the token).
     pub(crate) async fn record_signin(&self, session: &auth::SessionInfo) {
-        tracing::info!(session = %session.id, "dashboard sign-in");
+        self.record(
+            api::event_types::UI_SIGNIN,
+            None,
+            None,
+            "dashboard sign-in",
+            &session.id,
+        )
+        .await;
     }
 }
 
@@ -250,6 +319,7 @@ pub async fn serve(config: ServerConfig) -> Result<ServerHandle, ServeError> {
     let cli_secret = auth::random_token();
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let state = AppState::new(&config, addr.port(), cli_secret.clone(), shutdown_rx);
+    tokio::spawn(stream::tail_events(state.clone(), config.poll_interval));
     let app = router(state.clone());
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {

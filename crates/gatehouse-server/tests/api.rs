@@ -1,128 +1,15 @@
 //! API tests through the whole router (guard, auth, handlers) with
-//! `tower::ServiceExt::oneshot`, plus a few over real TCP on 127.0.0.1:0.
+//! `tower::ServiceExt::oneshot` over a real SQLite store in a temp home,
+//! plus a few over real TCP on 127.0.0.1:0.
 
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+mod common;
+
+use std::sync::atomic::Ordering;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use gatehouse_server::{auth::Clock, router, AppState, ServerConfig};
+use common::{Harness, Resp, HOST, ORIGIN};
 use serde_json::{json, Value};
-use tower::ServiceExt;
-
-const PORT: u16 = 4321;
-const HOST: &str = "127.0.0.1:4321";
-const ORIGIN: &str = "http://127.0.0.1:4321";
-
-#[derive(Default)]
-struct ManualClock(AtomicI64);
-impl Clock for ManualClock {
-    fn now_ms(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-struct Harness {
-    state: AppState,
-    clock: Arc<ManualClock>,
-    _home: tempfile::TempDir,
-    _stop: tokio::sync::watch::Sender<bool>,
-}
-
-struct Resp {
-    status: StatusCode,
-    headers: axum::http::HeaderMap,
-    body: Value,
-}
-
-impl Harness {
-    fn new() -> Self {
-        let home = tempfile::tempdir().unwrap();
-        let clock = Arc::new(ManualClock(AtomicI64::new(1_700_000_000_000)));
-        let mut config = ServerConfig::new(home.path().to_path_buf());
-        config.clock = clock.clone();
-        let (stop, rx) = tokio::sync::watch::channel(false);
-        let state = AppState::new(&config, PORT, "cli-secret".into(), rx);
-        Harness {
-            state,
-            clock,
-            _home: home,
-            _stop: stop,
-        }
-    }
-
-    async fn send(&self, req: Request<Body>) -> Resp {
-        let resp = router(self.state.clone()).oneshot(req).await.unwrap();
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 24)
-            .await
-            .unwrap();
-        let body = serde_json::from_slice(&bytes)
-            .unwrap_or(Value::String(String::from_utf8_lossy(&bytes).into()));
-        Resp {
-            status,
-            headers,
-            body,
-        }
-    }
-
-    /// A well-formed request; `token` adds a bearer header.
-    fn req(
-        method: Method,
-        uri: &str,
-        token: Option<&str>,
-        body: Option<Value>,
-    ) -> axum::http::request::Builder {
-        let mut b = Request::builder()
-            .method(method.clone())
-            .uri(uri)
-            .header("host", HOST);
-        if method != Method::GET {
-            b = b.header("origin", ORIGIN);
-        }
-        if let Some(t) = token {
-            b = b.header("authorization", format!("Bearer {t}"));
-        }
-        if body.is_some() {
-            b = b.header("content-type", "application/json");
-        }
-        b
-    }
-
-    async fn call(
-        &self,
-        method: Method,
-        uri: &str,
-        token: Option<&str>,
-        body: Option<Value>,
-    ) -> Resp {
-        let b = Self::req(method.clone(), uri, token, body.clone());
-        let body = body
-            .map(|v| Body::from(v.to_string()))
-            .unwrap_or_else(Body::empty);
-        self.send(b.body(body).unwrap()).await
-    }
-
-    async fn sign_in(&self) -> String {
-        let link = self.state.auth.mint_signin();
-        let r = self
-            .call(
-                Method::POST,
-                "/api/auth/signin",
-                None,
-                Some(json!({ "token": link })),
-            )
-            .await;
-        assert_eq!(
-            r.status,
-            StatusCode::OK,
-            "fresh sign-in link must work: {:?}",
-            r.body
-        );
-        r.body["token"].as_str().unwrap().to_owned()
-    }
-}
 
 fn expect_error(r: &Resp, status: StatusCode, code: &str) {
     assert_eq!(
@@ -135,7 +22,7 @@ fn expect_error(r: &Resp, status: StatusCode, code: &str) {
 
 #[tokio::test]
 async fn every_response_has_strict_security_headers() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let foreign = Request::builder()
         .uri("/")
         .header("host", "evil.example")
@@ -172,7 +59,7 @@ async fn every_response_has_strict_security_headers() {
 
 #[tokio::test]
 async fn foreign_host_is_refused() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     for host in [
         "evil.example",
         "evil.example:4321",
@@ -216,7 +103,7 @@ async fn foreign_host_is_refused() {
 
 #[tokio::test]
 async fn state_changes_need_our_origin() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let token = h.sign_in().await;
     let cases: [(Option<&str>, Option<&str>); 4] = [
         (None, None),
@@ -280,7 +167,7 @@ async fn state_changes_need_our_origin() {
 
 #[tokio::test]
 async fn api_needs_a_session_token() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     for (m, uri) in [
         (Method::GET, "/api/sessions"),
         (Method::POST, "/api/events/ticket"),
@@ -299,7 +186,7 @@ async fn api_needs_a_session_token() {
 
 #[tokio::test]
 async fn signin_links_are_single_use_and_expire() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let link = h.state.auth.mint_signin();
     let first = h
         .call(
@@ -348,7 +235,7 @@ async fn signin_links_are_single_use_and_expire() {
 
 #[tokio::test]
 async fn sessions_list_and_revoke() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let a = h.sign_in().await;
     let b = h.sign_in().await;
     let list = h.call(Method::GET, "/api/sessions", Some(&a), None).await;
@@ -403,7 +290,7 @@ async fn sessions_list_and_revoke() {
 
 #[tokio::test]
 async fn cli_challenge_mints_a_link_only_with_the_secret() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     let nonce = h
         .call(Method::GET, "/api/cli/challenge", None, None)
         .await
@@ -456,7 +343,7 @@ async fn cli_challenge_mints_a_link_only_with_the_secret() {
 
 #[tokio::test]
 async fn dashboard_pages_are_served_and_unknown_paths_404() {
-    let h = Harness::new();
+    let h = Harness::new().await;
     for page in ["/", "/signin", "/events", "/tools", "/consent", "/policy"] {
         let r = h.call(Method::GET, page, None, None).await;
         assert_eq!(r.status, StatusCode::OK, "page {page}");
@@ -479,7 +366,8 @@ async fn dashboard_pages_are_served_and_unknown_paths_404() {
 #[tokio::test]
 async fn real_tcp_server_binds_loopback_and_cli_gets_a_link() {
     let home = tempfile::tempdir().unwrap();
-    let handle = gatehouse_server::serve(ServerConfig::new(home.path().to_path_buf()))
+    let store = common::open_store(home.path()).await;
+    let handle = gatehouse_server::serve(common::config_for(home.path(), store))
         .await
         .unwrap();
     assert_ne!(handle.port(), 0, "port 0 picks a free port");
@@ -500,5 +388,835 @@ async fn real_tcp_server_binds_loopback_and_cli_gets_a_link() {
             .await
             .unwrap();
     assert!(err.is_err(), "a wrong secret must not get a link");
+    handle.shutdown().await;
+}
+
+// ---- data endpoints over a seeded store -------------------------------
+
+async fn seeded() -> (Harness, String) {
+    let h = Harness::new().await;
+    common::seed(&h.store).await;
+    let t = h.sign_in().await;
+    (h, t)
+}
+
+#[tokio::test]
+async fn every_data_endpoint_requires_a_session() {
+    let h = Harness::new().await;
+    common::seed(&h.store).await;
+    for (m, uri) in [
+        (Method::GET, "/api/overview"),
+        (Method::GET, "/api/events"),
+        (Method::GET, "/api/events/1"),
+        (Method::GET, "/api/servers"),
+        (Method::GET, "/api/tools"),
+        (Method::GET, "/api/tools/srv-files/read_file"),
+        (Method::GET, "/api/pins"),
+        (
+            Method::GET,
+            "/api/pins/diff?server=srv-files&tool=read_file",
+        ),
+        (Method::POST, "/api/pins/approve"),
+        (Method::POST, "/api/pins/reject"),
+        (Method::POST, "/api/pins/reset"),
+        (Method::GET, "/api/consent"),
+        (Method::POST, "/api/consent/1/answer"),
+        (Method::GET, "/api/vault"),
+        (Method::PUT, "/api/vault/srv-files/TOKEN"),
+        (Method::DELETE, "/api/vault/srv-files/TOKEN"),
+        (Method::GET, "/api/clients"),
+        (Method::POST, "/api/clients/x/protect"),
+        (Method::GET, "/api/policy"),
+        (Method::PUT, "/api/policy"),
+        (Method::POST, "/api/policy/validate"),
+        (Method::POST, "/api/policy/generate"),
+    ] {
+        let r = h.call(m.clone(), uri, None, Some(json!({}))).await;
+        assert_eq!(
+            r.status,
+            StatusCode::UNAUTHORIZED,
+            "{m} {uri} without a token: {:?}",
+            r.body
+        );
+    }
+    // Nothing changed: the held tool is still held.
+    let pin = h
+        .store
+        .get_pin(&common::mac_key(), "srv-files", "read_file")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(pin.state.as_str(), "held");
+}
+
+#[tokio::test]
+async fn events_filter_and_paginate() {
+    let (h, t) = seeded().await;
+    let check = |uri: &'static str, expect: &'static [&'static str]| {
+        let (h, t) = (&h, &t);
+        async move {
+            let r = h.get(uri, t).await;
+            assert_eq!(r.status, StatusCode::OK, "{uri}: {:?}", r.body);
+            let types: Vec<&str> = r.body["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|e| e["type"].as_str())
+                .filter(|t| *t != "ui_signin")
+                .collect();
+            assert_eq!(types, expect, "filter {uri}");
+        }
+    };
+    check(
+        "/api/events?server=srv-files",
+        &[
+            "mcp_tool_call_intercepted",
+            "mcp_tool_changed",
+            "mcp_tool_called",
+        ],
+    )
+    .await;
+    check("/api/events?action=block", &["mcp_tool_call_intercepted"]).await;
+    check(
+        "/api/events?severity=high",
+        &["mcp_tool_call_intercepted", "mcp_tool_changed"],
+    )
+    .await;
+    check("/api/events?type=mcp_tool_changed", &["mcp_tool_changed"]).await;
+    check("/api/events?tool=nope", &[]).await;
+    check("/api/events?since=1699999999999", &[]).await;
+    expect_error(
+        &h.get("/api/events?severity=loud", &t).await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    );
+    expect_error(
+        &h.get("/api/events?action=explode", &t).await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    );
+
+    let page1 = h.get("/api/events?server=srv-files&limit=2", &t).await;
+    assert_eq!(page1.body["items"].as_array().unwrap().len(), 2);
+    let before = page1.body["next_before"]
+        .as_i64()
+        .expect("a full page has a cursor");
+    let page2 = h
+        .get(
+            &format!("/api/events?server=srv-files&limit=2&before={before}"),
+            &t,
+        )
+        .await;
+    let items = page2.body["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "the last page has the remaining event");
+    assert_eq!(items[0]["type"], "mcp_tool_called");
+    assert!(
+        page2.body["next_before"].is_null(),
+        "no cursor after the last page"
+    );
+
+    let one = &page1.body["items"][0];
+    assert_eq!(
+        one["server_name"], "files",
+        "events carry the server's display name"
+    );
+    assert_eq!(
+        one["evidence"]["snippet"], "read\u{200B}file <script>alert(1)</script>",
+        "evidence is returned as data, unchanged"
+    );
+    let id = one["id"].as_i64().unwrap();
+    assert_eq!(h.get(&format!("/api/events/{id}"), &t).await.body["id"], id);
+    expect_error(
+        &h.get("/api/events/999999", &t).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+}
+
+#[tokio::test]
+async fn signin_is_recorded_as_an_event() {
+    let (h, t) = seeded().await;
+    let r = h.get("/api/events?type=ui_signin", &t).await;
+    let items = r.body["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "one sign-in, one event");
+    assert!(
+        !r.body.to_string().contains(&t),
+        "the session token never reaches events"
+    );
+}
+
+#[tokio::test]
+async fn servers_tools_and_pins() {
+    let (h, t) = seeded().await;
+    let servers = h.get("/api/servers", &t).await.body;
+    let files = servers["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "srv-files")
+        .unwrap()
+        .clone();
+    assert_eq!(files["name"], "files");
+    assert_eq!(
+        files["command"],
+        "npx -y @modelcontextprotocol/server-filesystem /home/me"
+    );
+    assert_eq!(files["waiting"], 1);
+    let notes = servers["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "srv-notes")
+        .unwrap()
+        .clone();
+    assert_eq!(notes["mode"], "restricted");
+
+    let tools = h.get("/api/tools?server=srv-files", &t).await.body;
+    let tool = &tools["items"][0];
+    assert_eq!(tool["state"], "held");
+    assert_eq!(tool["approved_hash"], common::hash_of("v1"));
+    assert_eq!(tool["pending_hash"], common::hash_of("v2"));
+    assert!(
+        tool["definition"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("<IMPORTANT>"),
+        "full definitions are returned"
+    );
+    assert_eq!(
+        h.get("/api/tools?state=trusted", &t).await.body["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    assert_eq!(
+        h.get("/api/pins?state=held", &t).await.body["items"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    let detail = h.get("/api/tools/srv-files/read_file", &t).await.body;
+    assert_eq!(
+        detail["history"].as_array().unwrap().len(),
+        2,
+        "both versions are kept"
+    );
+    expect_error(
+        &h.get("/api/tools/srv-files/nope", &t).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+
+    let diff = h
+        .get("/api/pins/diff?server=srv-files&tool=read_file", &t)
+        .await
+        .body;
+    assert_eq!(
+        diff["from"]["hash"],
+        common::hash_of("v1"),
+        "default diff is approved -> pending"
+    );
+    assert_eq!(diff["to"]["hash"], common::hash_of("v2"));
+    let explicit = h
+        .get(
+            &format!(
+                "/api/pins/diff?server=srv-files&tool=read_file&from={}&to={}",
+                common::hash_of("v2"),
+                common::hash_of("v1")
+            ),
+            &t,
+        )
+        .await
+        .body;
+    assert_eq!(explicit["from"]["hash"], common::hash_of("v2"));
+    expect_error(
+        &h.get(
+            "/api/pins/diff?server=srv-files&tool=read_file&from=sha256:nope",
+            &t,
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+}
+
+#[tokio::test]
+async fn approve_exactly_the_hash_shown() {
+    let (h, t) = seeded().await;
+    let no_hash = h
+        .post(
+            "/api/pins/approve",
+            &t,
+            json!({ "server": "srv-files", "tool": "read_file" }),
+        )
+        .await;
+    expect_error(&no_hash, StatusCode::BAD_REQUEST, "bad_request");
+    let unknown = h
+        .post(
+            "/api/pins/approve",
+            &t,
+            json!({ "server": "srv-files", "tool": "read_file", "hash": "sha256:never" }),
+        )
+        .await;
+    expect_error(&unknown, StatusCode::CONFLICT, "conflict");
+    let ok = h
+        .post(
+            "/api/pins/approve",
+            &t,
+            json!({ "server": "srv-files", "tool": "read_file", "hash": common::hash_of("v2") }),
+        )
+        .await;
+    assert_eq!(ok.status, StatusCode::OK, "{:?}", ok.body);
+    let pin = h
+        .store
+        .get_pin(&common::mac_key(), "srv-files", "read_file")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (pin.state.as_str(), pin.approved_hash.as_deref()),
+        ("trusted", Some(common::hash_of("v2").as_str()))
+    );
+    assert!(pin.mac_valid, "the approval carries a valid MAC");
+    let pending = h.get("/api/consent", &t).await.body;
+    assert!(
+        pending["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["kind"] != "changed_tool"),
+        "the changed-tool consent is settled by the approval"
+    );
+    let ev = h.get("/api/events?type=tool_approved", &t).await.body;
+    assert_eq!(
+        ev["items"].as_array().unwrap().len(),
+        1,
+        "the approval is an event"
+    );
+}
+
+#[tokio::test]
+async fn reject_and_reset() {
+    let (h, t) = seeded().await;
+    let r = h
+        .post(
+            "/api/pins/reject",
+            &t,
+            json!({ "server": "srv-files", "tool": "read_file" }),
+        )
+        .await;
+    assert_eq!(r.body["state"], "rejected");
+    assert_eq!(
+        r.body["approved_hash"],
+        common::hash_of("v1"),
+        "rejecting keeps the old approval"
+    );
+    let r = h
+        .post(
+            "/api/pins/reset",
+            &t,
+            json!({ "server": "srv-files", "tool": "read_file" }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert!(h
+        .store
+        .get_pin(&common::mac_key(), "srv-files", "read_file")
+        .await
+        .unwrap()
+        .is_none());
+    let again = h
+        .post(
+            "/api/pins/reset",
+            &t,
+            json!({ "server": "srv-files", "tool": "read_file" }),
+        )
+        .await;
+    expect_error(&again, StatusCode::NOT_FOUND, "not_found");
+    let missing = h
+        .post(
+            "/api/pins/reject",
+            &t,
+            json!({ "server": "srv-files", "tool": "nope" }),
+        )
+        .await;
+    expect_error(&missing, StatusCode::NOT_FOUND, "not_found");
+}
+
+#[tokio::test]
+async fn consent_inbox_names_the_server_and_declines_sensitive_and_restricted() {
+    let (h, t) = seeded().await;
+    let list = h.get("/api/consent", &t).await.body;
+    let items = list["items"].as_array().unwrap();
+    assert_eq!(
+        items.len(),
+        3,
+        "changed tool + two input requests are pending"
+    );
+    let web = items.iter().find(|c| c["server_id"] == "srv-web").unwrap();
+    assert_eq!(
+        (
+            web["server_name"].as_str(),
+            web["command"].as_str(),
+            web["client"].as_str()
+        ),
+        (Some("web"), Some("node web.js"), Some("cursor"))
+    );
+    assert_eq!(web["sensitive_fields"], json!(["apiKey"]));
+    assert!(
+        web["decline_only"].as_str().unwrap().contains("secrets"),
+        "the explanation says why"
+    );
+    let notes = items
+        .iter()
+        .find(|c| c["server_id"] == "srv-notes")
+        .unwrap();
+    assert_eq!(notes["restricted"], true);
+
+    let web_id = web["id"].as_i64().unwrap();
+    let r = h
+        .post(
+            &format!("/api/consent/{web_id}/answer"),
+            &t,
+            json!({ "action": "accept", "content": { "apiKey": "sk-canary-123" } }),
+        )
+        .await;
+    expect_error(&r, StatusCode::CONFLICT, "conflict");
+    let notes_id = notes["id"].as_i64().unwrap();
+    let r = h
+        .post(
+            &format!("/api/consent/{notes_id}/answer"),
+            &t,
+            json!({ "action": "accept", "content": { "title": "x" } }),
+        )
+        .await;
+    expect_error(&r, StatusCode::CONFLICT, "conflict");
+    for id in [web_id, notes_id] {
+        let c = h.store.get_consent(id).await.unwrap().unwrap();
+        assert_eq!(
+            c.state.as_str(),
+            "declined",
+            "refused requests are declined, not left hanging"
+        );
+        assert!(c.sealed_answer.is_none());
+    }
+    let again = h
+        .post(
+            &format!("/api/consent/{web_id}/answer"),
+            &t,
+            json!({ "action": "decline" }),
+        )
+        .await;
+    expect_error(&again, StatusCode::CONFLICT, "conflict");
+    let db = std::fs::read(h.home.path().join("gatehouse.db")).unwrap_or_default();
+    assert!(
+        !db.windows(9).any(|w| w == b"sk-canary"),
+        "a refused secret never reaches the database"
+    );
+}
+
+#[tokio::test]
+async fn input_request_answer_is_sealed_to_the_waiting_process() {
+    let h = Harness::new().await;
+    common::seed(&h.store).await;
+    let t = h.sign_in().await;
+    let (sk, pk) = gatehouse_server::seal::keypair();
+    let id = h
+        .store
+        .create_consent(&gatehouse_store::NewConsent {
+            kind: gatehouse_store::ConsentKind::Elicitation,
+            server_id: "srv-files".into(),
+            tool: None,
+            payload_json: json!({ "message": "Which city?", "mode": "form", "requestedSchema": { "type": "object", "properties": { "city": { "type": "string" } }, "required": ["city"] } }).to_string(),
+            created_ms: common::T0,
+            expires_ms: Some(common::T0 + 60_000),
+            requester_key: Some(pk.to_vec()),
+        })
+        .await
+        .unwrap();
+    let bad = h
+        .post(
+            &format!("/api/consent/{id}/answer"),
+            &t,
+            json!({ "action": "accept", "content": { "town": "Oslo" } }),
+        )
+        .await;
+    expect_error(&bad, StatusCode::BAD_REQUEST, "bad_request");
+    let ok = h
+        .post(
+            &format!("/api/consent/{id}/answer"),
+            &t,
+            json!({ "action": "accept", "content": { "city": "Trondheim-canary" } }),
+        )
+        .await;
+    assert_eq!(ok.body["state"], "answered", "{:?}", ok.body);
+    let sealed = h
+        .store
+        .take_consent_answer(id)
+        .await
+        .unwrap()
+        .expect("an answer waits");
+    assert!(
+        !sealed.windows(9).any(|w| w == b"Trondheim"),
+        "only ciphertext is stored"
+    );
+    let plain: Value =
+        serde_json::from_slice(&gatehouse_server::seal::open(&sk, &sealed).unwrap()).unwrap();
+    assert_eq!(
+        plain,
+        json!({ "action": "accept", "content": { "city": "Trondheim-canary" } })
+    );
+
+    // An expired request cannot be answered.
+    let id2 = h.store.create_consent(&gatehouse_store::NewConsent {
+        kind: gatehouse_store::ConsentKind::Elicitation, server_id: "srv-files".into(), tool: None,
+        payload_json: json!({ "message": "late", "mode": "form", "requestedSchema": { "type": "object", "properties": {} } }).to_string(),
+        created_ms: common::T0, expires_ms: Some(common::T0 + 1_000), requester_key: Some(pk.to_vec()),
+    }).await.unwrap();
+    h.clock.0.fetch_add(5_000, Ordering::SeqCst);
+    let late = h
+        .post(
+            &format!("/api/consent/{id2}/answer"),
+            &t,
+            json!({ "action": "accept", "content": {} }),
+        )
+        .await;
+    expect_error(&late, StatusCode::CONFLICT, "conflict");
+}
+
+#[tokio::test]
+async fn changed_tool_consent_accept_needs_the_hash() {
+    let (h, t) = seeded().await;
+    let id = common::consent_id(&h.store, "srv-files", "changed_tool").await;
+    let r = h
+        .post(
+            &format!("/api/consent/{id}/answer"),
+            &t,
+            json!({ "action": "accept" }),
+        )
+        .await;
+    expect_error(&r, StatusCode::BAD_REQUEST, "bad_request");
+    let r = h
+        .post(
+            &format!("/api/consent/{id}/answer"),
+            &t,
+            json!({ "action": "accept", "hash": common::hash_of("v2") }),
+        )
+        .await;
+    assert_eq!(r.body["state"], "answered", "{:?}", r.body);
+    let pin = h
+        .store
+        .get_pin(&common::mac_key(), "srv-files", "read_file")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        pin.approved_hash.as_deref(),
+        Some(common::hash_of("v2").as_str())
+    );
+    expect_error(
+        &h.post(
+            "/api/consent/999/answer",
+            &t,
+            json!({ "action": "decline" }),
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    expect_error(
+        &h.post(
+            &format!("/api/consent/{id}/answer"),
+            &t,
+            json!({ "action": "maybe" }),
+        )
+        .await,
+        StatusCode::CONFLICT,
+        "conflict",
+    );
+}
+
+#[tokio::test]
+async fn policy_read_validate_save_generate() {
+    let (h, t) = seeded().await;
+    let got = h.get("/api/policy", &t).await.body;
+    assert_eq!(
+        got["exists"], false,
+        "no policy file yet: the default is shown"
+    );
+    assert_eq!(
+        got["valid"], true,
+        "the default policy is valid: {:?}",
+        got["diagnostics"]
+    );
+    let bad = h
+        .post("/api/policy/validate", &t, json!({ "text": "mode = [" }))
+        .await
+        .body;
+    assert_eq!(bad["valid"], false);
+    assert!(
+        bad["diagnostics"][0]["line"].as_u64().unwrap() >= 1,
+        "diagnostics carry a position"
+    );
+    let refused = h
+        .call(
+            Method::PUT,
+            "/api/policy",
+            Some(&t),
+            Some(json!({ "text": "mode = [" })),
+        )
+        .await
+        .body;
+    assert_eq!(refused["saved"], false, "invalid policy is not saved");
+    assert!(!h.home.path().join("policy.toml").exists());
+
+    let text = got["text"].as_str().unwrap().to_owned();
+    let stale = h
+        .call(
+            Method::PUT,
+            "/api/policy",
+            Some(&t),
+            Some(json!({ "text": text, "base_sha256": "0000" })),
+        )
+        .await;
+    expect_error(&stale, StatusCode::CONFLICT, "conflict");
+    let saved = h
+        .call(
+            Method::PUT,
+            "/api/policy",
+            Some(&t),
+            Some(json!({ "text": text, "base_sha256": got["sha256"] })),
+        )
+        .await
+        .body;
+    assert_eq!(saved["saved"], true, "{saved:?}");
+    assert_eq!(
+        std::fs::read_to_string(h.home.path().join("policy.toml")).unwrap(),
+        text
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(h.home.path().join("policy.toml"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600, "policy is private");
+    }
+    let gen = h.post("/api/policy/generate", &t, json!({})).await.body;
+    assert!(
+        gen["text"].as_str().unwrap().contains("files"),
+        "generated policy lists observed servers"
+    );
+}
+
+#[tokio::test]
+async fn vault_and_clients_report_unavailable_without_backends() {
+    let (h, t) = seeded().await;
+    let v = h.get("/api/vault", &t).await.body;
+    assert_eq!(v["available"], false);
+    let set = h
+        .call(
+            Method::PUT,
+            "/api/vault/srv-files/TOKEN",
+            Some(&t),
+            Some(json!({ "value": "x" })),
+        )
+        .await;
+    expect_error(&set, StatusCode::NOT_IMPLEMENTED, "unavailable");
+    assert_eq!(h.get("/api/clients", &t).await.body["available"], false);
+    expect_error(
+        &h.post("/api/clients/x/protect", &t, json!({})).await,
+        StatusCode::NOT_IMPLEMENTED,
+        "unavailable",
+    );
+}
+
+#[tokio::test]
+async fn vault_names_set_delete_never_return_values() {
+    let home = tempfile::tempdir().unwrap();
+    let store = common::open_store(home.path()).await;
+    common::seed(&store).await;
+    let mut config = common::config_for(home.path(), store);
+    let vault = std::sync::Arc::new(gatehouse_vault::MemoryVault::new());
+    config.vault = Some(vault.clone());
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    let state = gatehouse_server::AppState::new(&config, common::PORT, "s".into(), rx);
+    let link = state.auth.mint_signin();
+    let token = state.auth.redeem_signin(&link, "test").unwrap().token;
+    let call = |m: Method, uri: String, body: Option<Value>| {
+        let state = state.clone();
+        let token = token.clone();
+        async move {
+            use tower::ServiceExt;
+            let mut b = Request::builder()
+                .method(m)
+                .uri(uri)
+                .header("host", HOST)
+                .header("origin", ORIGIN)
+                .header("authorization", format!("Bearer {token}"));
+            if body.is_some() {
+                b = b.header("content-type", "application/json");
+            }
+            let resp = gatehouse_server::router(state)
+                .oneshot(
+                    b.body(
+                        body.map(|v| Body::from(v.to_string()))
+                            .unwrap_or_else(Body::empty),
+                    )
+                    .unwrap(),
+                )
+                .await
+                .unwrap();
+            let status = resp.status();
+            let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            (status, String::from_utf8_lossy(&bytes).into_owned())
+        }
+    };
+    let (s, _) = call(
+        Method::PUT,
+        "/api/vault/srv-files/GITHUB_TOKEN".into(),
+        Some(json!({ "value": "ghp_canaryvalue" })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, body) = call(Method::GET, "/api/vault".into(), None).await;
+    assert_eq!(s, StatusCode::OK);
+    assert!(body.contains("GITHUB_TOKEN"), "names are listed: {body}");
+    assert!(!body.contains("canary"), "values are never returned");
+    let (_, events) = call(Method::GET, "/api/events?type=secret_set".into(), None).await;
+    assert!(
+        events.contains("GITHUB_TOKEN") && !events.contains("canary"),
+        "the event names the secret, not its value"
+    );
+    let (s, _) = call(
+        Method::PUT,
+        "/api/vault/srv-nope/X".into(),
+        Some(json!({ "value": "v" })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "secrets only for known servers");
+    let (s, _) = call(
+        Method::DELETE,
+        "/api/vault/srv-files/GITHUB_TOKEN".into(),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
+    let (s, _) = call(
+        Method::DELETE,
+        "/api/vault/srv-files/GITHUB_TOKEN".into(),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    use gatehouse_vault::Vault;
+    assert!(vault.list("srv-files").unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn live_stream_needs_a_single_use_ticket_and_delivers_new_events() {
+    let home = tempfile::tempdir().unwrap();
+    let store = common::open_store(home.path()).await;
+    let mut config = common::config_for(home.path(), store.clone());
+    config.poll_interval = std::time::Duration::from_millis(20);
+    let handle = gatehouse_server::serve(config).await.unwrap();
+    let port = handle.port();
+    let state = handle.state().clone();
+    let token = state
+        .auth
+        .redeem_signin(&state.auth.mint_signin(), "t")
+        .unwrap();
+    let ticket = state.auth.mint_ticket(&token.session.id);
+
+    let raw = |path: String| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/event-stream\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = s.read(&mut buf).await.unwrap();
+        (s, String::from_utf8_lossy(&buf[..n]).into_owned())
+    };
+    let (_s, forged) = raw("/api/events/stream?ticket=forged".into()).await;
+    assert!(
+        forged.starts_with("HTTP/1.1 401"),
+        "forged ticket refused: {forged}"
+    );
+    let (mut s, head) = raw(format!("/api/events/stream?ticket={ticket}&severity=high")).await;
+    assert!(
+        head.starts_with("HTTP/1.1 200") && head.contains("text/event-stream"),
+        "{head}"
+    );
+    let (_s2, reused) = raw(format!("/api/events/stream?ticket={ticket}")).await;
+    assert!(
+        reused.starts_with("HTTP/1.1 401"),
+        "a ticket works once: {reused}"
+    );
+
+    tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+    let mut low = gatehouse_store::NewEvent::new(
+        common::T0,
+        "mcp_tool_called",
+        gatehouse_store::Action::Allow,
+        gatehouse_store::Severity::Info,
+        "filtered out",
+    );
+    low.server_id = Some("srv".into());
+    store.insert_event(&low).await.unwrap();
+    let high = gatehouse_store::NewEvent::new(
+        common::T0,
+        "mcp_tool_call_intercepted",
+        gatehouse_store::Action::Block,
+        gatehouse_store::Severity::Critical,
+        "live <b>event</b>",
+    );
+    store.insert_event(&high).await.unwrap();
+    use tokio::io::AsyncReadExt;
+    let mut got = String::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !got.contains("live <b>event</b>") && tokio::time::Instant::now() < deadline {
+        let mut buf = vec![0u8; 4096];
+        if let Ok(Ok(n)) =
+            tokio::time::timeout(std::time::Duration::from_millis(500), s.read(&mut buf)).await
+        {
+            got.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    }
+    assert!(
+        got.contains("event: event") && got.contains("live <b>event</b>"),
+        "the new event is streamed: {got}"
+    );
+    assert!(!got.contains("filtered out"), "stream filters apply");
+
+    // Revoking the session ends its stream.
+    state.auth.revoke(&token.session.id);
+    let mut ended = false;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while tokio::time::Instant::now() < deadline {
+        let mut buf = vec![0u8; 4096];
+        match tokio::time::timeout(std::time::Duration::from_millis(500), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                ended = true;
+                break;
+            }
+            Ok(Ok(n)) if String::from_utf8_lossy(&buf[..n]).contains("0\r\n\r\n") => {
+                ended = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert!(ended, "a revoked session's stream ends");
     handle.shutdown().await;
 }

@@ -1,0 +1,169 @@
+//! `policy.toml`: read, validate (with `file:line:column` diagnostics from
+//! gatehouse-config), save atomically, and generate a locked policy from
+//! what was observed.
+
+use std::io::Write;
+
+use axum::extract::State;
+use axum::Json;
+use gatehouse_store::PinState;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::auth::Authed;
+use super::inventory::display_name;
+use super::{event_types, store_err};
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+
+fn path(state: &AppState) -> std::path::PathBuf {
+    state.home.join(gatehouse_config::POLICY_FILE)
+}
+
+/// Validation result as JSON.
+pub fn validate(text: &str) -> Value {
+    match gatehouse_config::check_text(gatehouse_config::POLICY_FILE, text) {
+        Ok(loaded) => {
+            json!({ "valid": true, "diagnostics": [], "warnings": loaded.warnings.iter().map(diag).collect::<Vec<_>>() })
+        }
+        Err(e) => {
+            json!({ "valid": false, "diagnostics": e.diagnostics().iter().map(diag).collect::<Vec<_>>(), "warnings": [] })
+        }
+    }
+}
+
+fn diag(d: &gatehouse_config::Diagnostic) -> Value {
+    json!({ "file": d.file, "line": d.line, "column": d.column, "message": d.message })
+}
+
+fn sha(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+fn read(state: &AppState) -> ApiResult<(String, bool)> {
+    match std::fs::read_to_string(path(state)) {
+        Ok(t) => Ok((t, true)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Ok((gatehouse_config::default_policy_toml().to_owned(), false))
+        }
+        Err(e) => Err(ApiError::internal(format!("reading policy: {e}"))),
+    }
+}
+
+/// `GET /api/policy`
+pub(crate) async fn get(State(state): State<AppState>, _who: Authed) -> ApiResult<Json<Value>> {
+    let (text, exists) = read(&state)?;
+    let mut v = validate(&text);
+    v["text"] = json!(text);
+    v["exists"] = json!(exists);
+    v["sha256"] = json!(sha(&text));
+    v["path"] = json!(path(&state).display().to_string());
+    Ok(Json(v))
+}
+
+#[derive(Deserialize)]
+pub(crate) struct TextBody {
+    text: String,
+    /// For saves: the `sha256` the editor started from (refuses lost updates).
+    base_sha256: Option<String>,
+}
+
+/// `POST /api/policy/validate {text}`
+pub(crate) async fn check(_who: Authed, Json(b): Json<TextBody>) -> Json<Value> {
+    Json(validate(&b.text))
+}
+
+/// `PUT /api/policy {text, base_sha256?}` — validates, then writes a 0600
+/// temp file and renames it over `policy.toml` (atomic on one filesystem).
+pub(crate) async fn save(
+    State(state): State<AppState>,
+    who: Authed,
+    Json(b): Json<TextBody>,
+) -> ApiResult<Json<Value>> {
+    let v = validate(&b.text);
+    if v["valid"] != true {
+        return Ok(Json(
+            json!({ "saved": false, "valid": false, "diagnostics": v["diagnostics"] }),
+        ));
+    }
+    let (current, _) = read(&state)?;
+    if b.base_sha256
+        .as_deref()
+        .is_some_and(|base| base != sha(&current))
+    {
+        return Err(ApiError::Conflict(
+            "the policy changed since you opened it; reload and re-apply your edit".into(),
+        ));
+    }
+    let target = path(&state);
+    let tmp = state.home.join(format!(
+        ".{}.{}.tmp",
+        gatehouse_config::POLICY_FILE,
+        crate::auth::random_id()
+    ));
+    let write = || -> std::io::Result<()> {
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        let mut f = opts.open(&tmp)?;
+        f.write_all(b.text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &target)
+    };
+    if let Err(e) = write() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(ApiError::internal(format!("saving policy: {e}")));
+    }
+    state
+        .record(
+            event_types::POLICY_SAVED,
+            None,
+            None,
+            "policy saved from the dashboard",
+            &who.session_id,
+        )
+        .await;
+    Ok(Json(
+        json!({ "saved": true, "valid": true, "sha256": sha(&b.text), "warnings": v["warnings"] }),
+    ))
+}
+
+/// `POST /api/policy/generate` — a locked policy from observed servers and
+/// tools (trusted hashes allowed; rejected/quarantined ones commented out).
+/// Returned for review; it is not saved.
+pub(crate) async fn generate(
+    State(state): State<AppState>,
+    _who: Authed,
+) -> ApiResult<Json<Value>> {
+    let servers = state.store.list_servers().await.map_err(store_err)?;
+    let pins = state
+        .store
+        .all_pins(&state.mac_key)
+        .await
+        .map_err(store_err)?;
+    let mut allowed = Vec::new();
+    let mut blocked = Vec::new();
+    for s in &servers {
+        let name = display_name(s);
+        let mut tools = Vec::new();
+        for p in pins.iter().filter(|p| p.server_id == s.id && p.mac_valid) {
+            match (p.state, p.approved_hash.as_ref()) {
+                (PinState::Trusted, Some(h)) => tools.push((p.tool.clone(), h.clone())),
+                (PinState::Rejected | PinState::Quarantined, _) => {
+                    blocked.push((name.clone(), p.tool.clone()))
+                }
+                _ => {}
+            }
+        }
+        allowed.push((name, tools));
+    }
+    let text = gatehouse_config::generate_locked_policy(&allowed, &blocked);
+    let mut v = validate(&text);
+    v["text"] = json!(text);
+    Ok(Json(v))
+}
