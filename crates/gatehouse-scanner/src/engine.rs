@@ -17,7 +17,8 @@ use crate::{Carrier, Family, Finding, Report, Scanner, ScannerError, Severity, S
 
 /// Bytes around a directive in which a target pairs with it.
 const WINDOW_BEFORE: usize = 250;
-const WINDOW_AFTER: usize = 400;
+const WINDOW_AFTER: usize = 300;
+const WINDOW_AFTER_STRONG: usize = 700;
 const MAX_HITS_PER_RULE: usize = 64;
 const CONTEXT_CHARS: usize = 50;
 
@@ -41,22 +42,6 @@ struct Hit {
     range: Range<usize>,
     /// Quoted or discussed rather than issued.
     mention: bool,
-}
-
-/// Per-string evidence used by tool-level checks.
-#[derive(Debug, Clone, Default)]
-pub struct Summary {
-    pub max_severity: Option<Severity>,
-    pub directive: u8,
-    pub target: u8,
-    pub credential_paths: usize,
-}
-
-pub fn summarize(r: &Report) -> Summary {
-    Summary {
-        max_severity: r.max_severity(),
-        ..Summary::default()
-    }
 }
 
 struct Ctx<'a> {
@@ -183,7 +168,6 @@ impl Engine {
         if hits.iter().any(|h| RULES[h.rule].id == "hidden.html") {
             mods.hidden = true;
         }
-        let before = cx.out.len();
         self.evaluate(
             &mut cx,
             &hits,
@@ -192,7 +176,6 @@ impl Engine {
             &mods,
             false,
         );
-        let found_plain = cx.out[before..].iter().any(|f| f.severity >= Severity::Low);
 
         // Hidden and encoded layers: anything meaningful inside is raised.
         for layer in normalize::hidden_layers(raw) {
@@ -236,22 +219,6 @@ impl Engine {
             }
         }
 
-        // Evasion: look-alikes or split words around real evidence.
-        if mods.evasion && found_plain {
-            for f in &mut cx.out {
-                if f.severity >= Severity::Low
-                    && f.severity < Severity::High
-                    && f.family != Family::Homoglyph
-                    && f.family != Family::InvisibleUnicode
-                    && f.family != Family::TerminalEscape
-                    && f.family != Family::WhitespacePadding
-                    && f.family != Family::SecretLeak
-                {
-                    f.severity = Severity::High;
-                    f.rule_id = format!("evasion:{}", f.rule_id);
-                }
-            }
-        }
         self.custom(&mut cx);
         cx.out
     }
@@ -340,7 +307,18 @@ impl Engine {
                     && range.end - range.start > 1
                     && matches!(
                         text.as_bytes()[range.start],
-                        b' ' | b'\n' | b'.' | b',' | b';' | b':' | b'!' | b'?'
+                        b' ' | b'\n'
+                            | b','
+                            | b';'
+                            | b':'
+                            | b'!'
+                            | b'?'
+                            | b'('
+                            | b'>'
+                            | b'*'
+                            | b']'
+                            | b'{'
+                            | b'-'
                     )
                 {
                     range.start += 1;
@@ -352,7 +330,21 @@ impl Engine {
                 if negated {
                     continue;
                 }
-                let mention = rule.kind.directive_strength() >= 2 && is_mention(text, range.start);
+                let matched = &text[range.clone()];
+                // "read-only", "write-protected": adjectives, not verbs.
+                if rule.kind == Kind::Imperative && text.as_bytes().get(range.end) == Some(&b'-') {
+                    continue;
+                }
+                if rule.id == "credential.path" && matched.ends_with(".pub") {
+                    continue;
+                }
+                if rule.id == "credential.dotenv"
+                    && preceded_by(text, range.start, 4, &["to ", "into "])
+                {
+                    continue;
+                }
+                let mention = matches!(rule.kind, Kind::Override | Kind::FakeRole | Kind::Tag)
+                    && is_mention(text, range.clone());
                 hits.push(Hit {
                     rule: idx,
                     kind: rule.kind,
@@ -376,52 +368,83 @@ impl Engine {
     ) {
         let def = matches!(cx.carrier, Carrier::Definition | Carrier::Request);
         let conceal = hits.iter().any(|h| h.kind == Kind::Conceal && !h.mention);
+        let addressed = hits.iter().any(|h| {
+            matches!(
+                h.kind,
+                Kind::Address | Kind::Tag | Kind::FakeRole | Kind::Override
+            ) && !h.mention
+        });
         let targets: Vec<&Hit> = hits.iter().filter(|h| h.kind.is_target()).collect();
         let mut best: Vec<(Severity, String, Family, Range<usize>)> = Vec::new();
 
         for d in hits.iter().filter(|h| h.kind.directive_strength() > 0) {
             let ds = d.kind.directive_strength();
-            let lo = d.range.start.saturating_sub(WINDOW_BEFORE);
-            let hi = d.range.end + WINDOW_AFTER;
-            let t = targets
-                .iter()
-                .filter(|t| t.range.start < hi && t.range.end > lo && !overlaps(&t.range, &d.range))
-                .max_by_key(|t| (target_rank(t.kind), usize::MAX - dist(&t.range, &d.range)));
             let drule = RULES[d.rule].id;
             if d.mention {
-                if ds >= 2 {
-                    best.push((
-                        Severity::Low,
-                        format!("{drule}.quoted"),
-                        d.family,
-                        d.range.clone(),
-                    ));
-                }
+                best.push((
+                    Severity::Low,
+                    format!("{drule}.quoted"),
+                    d.family,
+                    d.range.clone(),
+                ));
                 continue;
             }
+            let after = if ds >= 2 {
+                WINDOW_AFTER_STRONG
+            } else {
+                WINDOW_AFTER
+            };
+            let lo = d.range.start.saturating_sub(WINDOW_BEFORE);
+            let hi = d.range.end + after;
+            let near: Vec<&&Hit> = targets
+                .iter()
+                .filter(|t| t.range.start < hi && t.range.end > lo)
+                .collect();
+            let t = near
+                .iter()
+                .max_by_key(|t| (target_rank(t.kind), usize::MAX - dist(&t.range, &d.range)));
+            let access_verb = d.kind != Kind::Imperative
+                || is_access_verb(&text[d.range.clone()])
+                || text[d.range.end..].starts_with(" it with")
+                || text[d.range.end..].starts_with(" this tool with");
             let (sev, fam, id, range) = match t {
                 Some(t) => {
                     let ts = t.kind.target_strength();
                     let trule = RULES[t.rule].id;
-                    let sev = match (ds, ts) {
+                    let mut distinct: Vec<usize> = near
+                        .iter()
+                        .filter(|t| t.kind.target_strength() >= 1)
+                        .map(|t| t.rule)
+                        .collect();
+                    distinct.sort_unstable();
+                    distinct.dedup();
+                    let sev = match (ds, t.kind) {
                         (3, _) => Severity::Critical,
-                        (2, 2) if conceal => Severity::Critical,
+                        (2, Kind::Manipulation) => {
+                            if def {
+                                Severity::Medium
+                            } else {
+                                Severity::High
+                            }
+                        }
+                        (2, _) if conceal && ts == 2 => Severity::Critical,
                         (2, _) => Severity::High,
-                        (1, 2)
-                            if def
-                                || matches!(
-                                    t.kind,
-                                    Kind::Credential | Kind::Context | Kind::Traversal
-                                ) =>
+                        (1, Kind::Manipulation) => Severity::Info,
+                        (1, _) if distinct.len() >= 2 => Severity::High,
+                        (1, Kind::Credential | Kind::Context)
+                            if access_verb || trule == "credential.command" =>
                         {
                             Severity::High
                         }
-                        (1, 2) => Severity::Medium,
-                        (1, 1) if def => Severity::High,
-                        (1, 1) => Severity::Medium,
+                        (1, Kind::Credential | Kind::Context) => Severity::Medium,
+                        (1, Kind::Shell) if def || trule != "shell.download_pipe" => Severity::High,
+                        (1, Kind::Traversal) if def => Severity::High,
+                        (1, Kind::Shell | Kind::Traversal) => Severity::Medium,
+                        (1, _) if ts >= 1 && def => Severity::High,
+                        (1, _) if ts >= 1 => Severity::Medium,
                         _ => Severity::Info,
                     };
-                    let sev = if conceal && sev == Severity::High && ds >= 1 && ts >= 1 {
+                    let sev = if conceal && sev == Severity::High && ts >= 1 {
                         Severity::Critical
                     } else {
                         sev
@@ -438,6 +461,12 @@ impl Engine {
                     Kind::Override | Kind::FakeRole => {
                         (Severity::High, d.family, drule.to_string(), d.range.clone())
                     }
+                    Kind::Conceal if addressed => (
+                        Severity::High,
+                        d.family,
+                        format!("{drule}+addressed"),
+                        d.range.clone(),
+                    ),
                     Kind::Conceal => (
                         Severity::Medium,
                         d.family,
@@ -452,6 +481,7 @@ impl Engine {
         }
 
         // Standalone rules and lone strong targets.
+        let mut strong: Vec<&Hit> = Vec::new();
         for h in hits {
             let id = RULES[h.rule].id;
             match h.kind {
@@ -464,11 +494,53 @@ impl Engine {
                     };
                     best.push((s, id.to_string(), h.family, h.range.clone()));
                 }
+                Kind::Shell
+                    if def
+                        && id != "shell.privileged"
+                        && id != "shell.persistence"
+                        && id != "shell.destructive" =>
+                {
+                    best.push((
+                        Severity::High,
+                        format!("{id}.in_definition"),
+                        h.family,
+                        h.range.clone(),
+                    ));
+                    strong.push(h);
+                }
                 Kind::Credential | Kind::Traversal | Kind::Shell | Kind::Context => {
                     best.push((Severity::Info, id.to_string(), h.family, h.range.clone()));
+                    if h.kind != Kind::Context {
+                        strong.push(h);
+                    }
                 }
                 _ => {}
             }
+        }
+        // Several distinct strong targets in one string (paths, commands)
+        // describe an attack even without an imperative.
+        let mut rules_seen: Vec<&str> = strong.iter().map(|h| RULES[h.rule].id).collect();
+        rules_seen.sort_unstable();
+        rules_seen.dedup();
+        let non_overlapping = strong.iter().enumerate().any(|(i, a)| {
+            strong[i + 1..]
+                .iter()
+                .any(|b| !overlaps(&a.range, &b.range) && a.rule != b.rule)
+        });
+        let negated = NEGATIONS.iter().any(|n| text.contains(n))
+            || text.contains("refused")
+            || text.contains("rejected");
+        let shellish = rules_seen
+            .iter()
+            .any(|r| r.starts_with("shell.") && *r != "shell.download_pipe");
+        if rules_seen.len() >= 2 && non_overlapping && ((def && !negated) || (!def && shellish)) {
+            let h = strong[0];
+            best.push((
+                Severity::High,
+                "multiple_sensitive_targets".into(),
+                h.family,
+                h.range.clone(),
+            ));
         }
 
         // Hidden carriers (escapes, invisibles, padding, hidden HTML) raise
@@ -486,24 +558,31 @@ impl Engine {
                 ));
             }
         }
+        // Disguised words around any paired evidence: deliberate.
+        if mods.evasion {
+            for b in &mut best {
+                if b.1.contains('+') && b.0 < Severity::High {
+                    b.0 = Severity::High;
+                    b.1 = format!("evasion:{}", b.1);
+                }
+            }
+        }
 
         // Keep the strongest finding per rule id.
-        best.sort_by(|a, b| b.0.cmp(&a.0));
+        best.sort_by_key(|b| std::cmp::Reverse(b.0));
         let mut seen: Vec<String> = Vec::new();
         for (sev, id, fam, range) in best {
             if seen.contains(&id) {
                 continue;
             }
             seen.push(id.clone());
-            let _ = text;
             cx.push(id, fam, sev, map(range));
         }
     }
 
     /// Evidence that only shows across strings of one tool.
-    pub fn tool_level(&self, sc: &Scanner, strings: &[Str], per_string: &[Summary]) -> Report {
+    pub fn tool_level(&self, sc: &Scanner, strings: &[Str]) -> Report {
         let mut report = Report::default();
-        let _ = per_string;
         let mut directive_at: Option<usize> = None;
         let mut target_at: Option<usize> = None;
         let mut cred_defaults: Vec<usize> = Vec::new();
@@ -615,6 +694,81 @@ impl Engine {
     }
 }
 
+/// Verbs that read or move data (as opposed to writing or running it).
+fn is_access_verb(matched: &str) -> bool {
+    let verb = matched
+        .trim_end()
+        .rsplit([' ', '\n', ':', ',', '.', ';', '('])
+        .next()
+        .unwrap_or("");
+    matches!(
+        verb,
+        "read"
+            | "reading"
+            | "cat"
+            | "open"
+            | "opening"
+            | "copy"
+            | "copying"
+            | "paste"
+            | "include"
+            | "pass"
+            | "send"
+            | "sending"
+            | "email"
+            | "e-mail"
+            | "forward"
+            | "upload"
+            | "uploading"
+            | "post"
+            | "publish"
+            | "attach"
+            | "append"
+            | "print"
+            | "output"
+            | "reveal"
+            | "share"
+            | "dump"
+            | "extract"
+            | "exfiltrate"
+            | "leak"
+            | "provide"
+            | "give"
+            | "fill"
+            | "collect"
+            | "gather"
+            | "grab"
+            | "export"
+            | "submit"
+            | "look up"
+            | "fetch"
+            | "get"
+            | "put"
+            | "insert"
+            | "encode"
+            | "reads"
+            | "collects"
+            | "sends"
+            | "uploads"
+            | "includes"
+            | "copies"
+            | "appends"
+            | "forwards"
+            | "posts"
+            | "transmits"
+            | "shares"
+            | "harvests"
+            | "tell"
+            | "say"
+            | "check"
+            | "search"
+            | "summarize"
+            | "create"
+            | "use"
+            | "set"
+    )
+}
+
 fn target_rank(k: Kind) -> u8 {
     match k {
         Kind::SecretNoun => 1,
@@ -627,13 +781,9 @@ fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
 }
 
 fn dist(a: &Range<usize>, b: &Range<usize>) -> usize {
-    if a.end <= b.start {
-        b.start - a.end
-    } else if b.end <= a.start {
-        a.start - b.end
-    } else {
-        0
-    }
+    b.start
+        .saturating_sub(a.end)
+        .max(a.start.saturating_sub(b.end))
 }
 
 fn union(a: &Range<usize>, b: &Range<usize>) -> Range<usize> {
@@ -660,16 +810,26 @@ fn preceded_by(text: &str, pos: usize, window: usize, words: &[&str]) -> bool {
     let start = floor_boundary(text, pos.saturating_sub(window));
     let end = floor_boundary(text, pos);
     let before = &text[start..end];
+    // Only the current clause counts.
+    let before = match before.rfind(['.', ',', ';', ':', '!', '?', '\n']) {
+        Some(p) => &before[p + 1..],
+        None => before,
+    };
     words.iter().any(|w| before.contains(w)) || before.ends_with("never") || before.ends_with("not")
 }
 
-fn is_mention(text: &str, pos: usize) -> bool {
-    let start = floor_boundary(text, pos.saturating_sub(48));
-    let end = floor_boundary(text, pos);
+fn is_mention(text: &str, range: Range<usize>) -> bool {
+    let start = floor_boundary(text, range.start.saturating_sub(48));
+    let end = floor_boundary(text, range.start);
     let before = &text[start..end];
     let trimmed = before.trim_end();
-    if trimmed.ends_with(['\'', '"', '“', '‘', '`', '«', '(']) {
-        return true;
+    let quotes = ['\'', '"', '“', '”', '‘', '’', '`', '«', '»'];
+    if trimmed.ends_with(quotes) {
+        // Quoted only when the quote closes right after the phrase.
+        let after_end = ceil_boundary(text, range.end + 12);
+        if text[ceil_boundary(text, range.end)..after_end].contains(quotes) {
+            return true;
+        }
     }
     MENTION_MARKERS.iter().any(|m| before.contains(m))
 }
@@ -688,6 +848,14 @@ fn raw_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
     invisible_checks(cx, mods);
     padding_check(cx, mods);
     homoglyph_check(cx, mods);
+    if let Some(m) = uppercase_role().find(cx.raw) {
+        cx.push(
+            "fake_role.uppercase_marker",
+            Family::HiddenInstructions,
+            Severity::High,
+            m.range(),
+        );
+    }
     for s in secrets::find_secrets(cx.raw) {
         if s.placeholder {
             continue;
@@ -699,6 +867,13 @@ fn raw_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
             s.range,
         );
     }
+}
+
+/// An all-caps role marker mid-text ("… Ltd. SYSTEM: …"): case carries the
+/// signal here, so it is matched on the raw text.
+fn uppercase_role() -> &'static Regex {
+    static RE: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| Regex::new(r"(?-u:\b)(SYSTEM|ADMIN REQUEST|SYSTEM OVERRIDE|SYSTEM NOTICE|DEVELOPER MODE)\s*::?\s*\S").expect("static regex"))
 }
 
 fn ansi_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
@@ -845,11 +1020,7 @@ fn invisible_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
     let mut in_flag = false;
     for (k, &(i, c)) in chars.iter().enumerate() {
         if !is_invisible(c) {
-            if c != '\u{1F3F4}' {
-                in_flag = false;
-            } else {
-                in_flag = true;
-            }
+            in_flag = c == '\u{1F3F4}';
             continue;
         }
         let prev = chars[..k]
@@ -1028,7 +1199,7 @@ fn homoglyph_check(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
             }
             if c.is_ascii_alphabetic() {
                 has_ascii = true;
-            } else if matches!(c as u32, 0x0370..=0x03FF | 0x0400..=0x04FF | 0x0500..=0x052F) {
+            } else if matches!(c as u32, 0x0370..=0x052F) {
                 has_other = true;
             }
             if matches!(c as u32, 0xFF21..=0xFF5A | 0x1D400..=0x1D7FF) {
@@ -1105,4 +1276,15 @@ fn make_visible(s: &str) -> String {
         }
     }
     out
+}
+
+impl Engine {
+    /// Rule ids and matched text on the normalized view (for diagnostics).
+    pub fn debug_hits(&self, raw: &str) -> Vec<(&'static str, String)> {
+        let view = normalize::normalize(raw);
+        self.hits(&view.text)
+            .into_iter()
+            .map(|h| (RULES[h.rule].id, view.text[h.range.clone()].to_string()))
+            .collect()
+    }
 }

@@ -310,6 +310,12 @@ impl Scanner {
         })
     }
 
+    /// Rule ids and matched (normalized) text, for diagnostics and tests.
+    #[doc(hidden)]
+    pub fn debug_hits(&self, text: &str) -> Vec<(&'static str, String)> {
+        self.engine.debug_hits(text)
+    }
+
     /// Scans one string shown to the model as output text.
     pub fn scan_text(&self, path: &str, text: &str) -> Report {
         self.scan_string(Carrier::Output, path, text).finish()
@@ -328,13 +334,10 @@ impl Scanner {
         let mut strings = Vec::new();
         collect_strings(tool, String::new(), &mut strings, true, 0);
         let mut report = Report::default();
-        let mut per_string = Vec::with_capacity(strings.len());
         for s in &strings {
-            let r = self.scan_string(Carrier::Definition, &s.path, &s.text);
-            per_string.push(engine::summarize(&r));
-            report.extend(r);
+            report.extend(self.scan_string(Carrier::Definition, &s.path, &s.text));
         }
-        report.extend(self.engine.tool_level(self, &strings, &per_string));
+        report.extend(self.engine.tool_level(self, &strings));
         report.finish()
     }
 

@@ -215,12 +215,16 @@ impl Builder {
         self.word_has_confusable = false;
     }
 
-    fn space(&mut self, raw: usize) {
+    fn space(&mut self, raw: usize, newline: bool) {
         self.end_word();
         if !self.last_space {
-            self.push(' ', raw);
+            self.push(if newline { '\n' } else { ' ' }, raw);
             self.last_space = true;
             self.word_start = self.out.len();
+        } else if newline && self.out.ends_with(' ') {
+            // A run that contains a line break keeps it (line-start rules).
+            self.out.pop();
+            self.out.push('\n');
         }
     }
 }
@@ -274,7 +278,7 @@ pub fn normalize(raw: &str) -> View {
             continue;
         }
         if is_blank(c) || c.is_control() {
-            b.space(i);
+            b.space(i, c == '\n');
             i += clen;
             continue;
         }
@@ -312,7 +316,7 @@ pub fn normalize(raw: &str) -> View {
                 }
                 any = true;
                 if is_blank(l) {
-                    b.space(i);
+                    b.space(i, false);
                 } else if l.is_alphanumeric() {
                     b.letter(l, i);
                 } else {
@@ -745,7 +749,7 @@ fn hex_layers(raw: &str, out: &mut Vec<Layer>) {
             i += 1;
         }
         let run = &bytes[start..i];
-        if run.len() >= 24 && run.len() % 2 == 0 {
+        if run.len() >= 24 && run.len().is_multiple_of(2) {
             let decoded: Vec<u8> = run
                 .chunks(2)
                 .filter_map(|p| Some(hexval(p[0])? << 4 | hexval(p[1])?))
@@ -778,7 +782,7 @@ mod tests {
         check("ign\u{043E}r\u{0435} prev", "ignore prev");
         check("D\u{03B9}sreg\u{03B1}rd", "disregard");
         check("\u{1D408}\u{1D40C}\u{1D40F}", "imp");
-        check("Ignore\nall\n\n  previous", "ignore all previous");
+        check("Ignore\nall\n\n  previous\u{200B}", "ignore\nall\nprevious");
         check("a\u{1b}[8mhidden\u{1b}[28m b", "ahidden b");
         check("caf\u{00E9} r\u{00E9}sum\u{00E9}", "cafe resume");
         check("Привет мир", "привет мир");

@@ -42,6 +42,8 @@ pub enum Kind {
     Action,
     /// Secret nouns (password, token, API key): weak target.
     SecretNoun,
+    /// Telling the model what to say or recommend.
+    Manipulation,
     /// Fires alone with the given severity.
     Standalone(Severity),
 }
@@ -66,7 +68,7 @@ impl Kind {
     }
 
     pub fn is_target(self) -> bool {
-        self.target_strength() > 0 || self == Kind::SecretNoun
+        self.target_strength() > 0 || self == Kind::SecretNoun || self == Kind::Manipulation
     }
 }
 
@@ -89,13 +91,14 @@ const fn r(id: &'static str, family: Family, kind: Kind, pattern: &'static str) 
 use Family as F;
 use Kind as K;
 
+#[rustfmt::skip]
 pub const RULES: &[Rule] = &[
     // ---- overrides (English) ----
     r(
         "override.ignore_previous",
         F::HiddenInstructions,
         K::Override,
-        r"\b(ignore|disregard|forget|override|bypass|discard|abandon|neglect|overlook|set aside|skip) (all |any |the |your |of |my |these |those |every |earlier |other )*(previous|prior|earlier|above|preceding|former|original|initial|old|existing|system|safety|given|current|last|foregoing)( \w+)? (instructions?|directions?|guidelines?|rules?|prompts?|commands?|context|guidance|directives?|constraints?|polic(y|ies)|programming|messages?|orders|tasks?|requests?|settings|restrictions|consignes)\b",
+        r"(ignore|disregard|forget|override|bypass|discard|abandon|neglect|overlook|set aside|skip) (all |any |the |your |its |their |of |my |these |those |every |earlier |other )*(previous|prior|earlier|above|preceding|former|original|initial|old|existing|system|safety|given|current|last|foregoing)( \w+)? (\w{0,3}structions?|instrucions?|directions?|guidelines?|rules?|prompts?|commands?|context|guidance|directives?|constraints?|polic(y|ies)|programming|messages?|orders|tasks?|requests?|settings|restrictions|consignes)\b",
     ),
     r(
         "override.ignore_received",
@@ -107,7 +110,7 @@ pub const RULES: &[Rule] = &[
         "override.ignore_target",
         F::HiddenInstructions,
         K::Override,
-        r"\b(ignore|disregard|forget) (all |any )?(the |your )?(user'?s? (request|question|instructions?|stated \w+)|the user\b|the document|the text above|the rest of (this|the) (data|document|text|input|page)|your previous task|the previous task|all negative indicators|all info(rmation)? except|everything (else|above) (and|except))",
+        r"\b(ignore|disregard|forget) (all |any )?(the |your )?(user'?s? (request|question|instructions?|stated \w+)|the user\b|the document|the text above|the question( above)?|the rest of (this|the) (data|document|text|input|page)|your previous task|the previous task|all negative indicators|all info(rmation)? except|everything (else|above) (and|except))",
     ),
     r(
         "override.ignore_them_instead",
@@ -157,6 +160,8 @@ pub const RULES: &[Rule] = &[
         K::Override,
         r"\b(strictly )?adhere to the following instruction|\bdo not follow (the |your )?(previous|original|system|earlier) |\boverride (manual scoring|the system|your (system|safety|previous))|\byou may not deviate",
     ),
+    r("override.real_instruction", F::HiddenInstructions, K::Override,
+      r"\bthe (real|actual|true|new) (instruction|task|request)s? (from [^.\n]{0,40})?(is|are)\b|\bthis is an important message from (me|the user|your user)\b|\bbefore you (can )?(solve|complete|continue|finish|answer)\b[^.\n]{0,60}\b(do the following|first)\b|\bafter you do that,? you can (solve|continue)"),
     // ---- overrides (other languages; diacritics are stripped in the view) ----
     r(
         "override.es_pt_it",
@@ -235,7 +240,7 @@ pub const RULES: &[Rule] = &[
         "fake_role.system_message",
         F::HiddenInstructions,
         K::FakeRole,
-        r"###\s*\(?system[_ ]?message\)?|\[system\]\(#\w+\)|\[(system|admin)[ _-]?(override|message|notice|prompt|request)[^\]]{0,30}\]|\[system\]|\[\[system override\]\]|\[rest-of-document\]",
+        r"###\s*\(?system[_ ]?message\)?|\[system\]\(#\w+\)|\[(system|admin)[ _-]?(override|message|notice|prompt|request)\b|\[system\]|\[\[system override\]\]|\[rest-of-document\]",
     ),
     r(
         "fake_role.system_tag",
@@ -259,7 +264,7 @@ pub const RULES: &[Rule] = &[
         "fake_role.system_prefix",
         F::HiddenInstructions,
         K::FakeRole,
-        r"(?m)(^|[.>\]|]\s*)(system|admin|developer) ?(override|notice|directive|update|alert)?\s*:\s+\S|\b(system|admin) (override|notice|directive)\b|\bsystem prompt update\b|\bpriority directive\b",
+        r"(?m)(^|[.>\]|:]\s*)(system|admin|developer) ?(override|notice|directive|update|alert)?\s*:\s+\S|\b(system|admin) (override|notice|directive)\b|\bsystem prompt update\b|\bpriority directive\b",
     ),
     r(
         "fake_role.turns",
@@ -272,7 +277,7 @@ pub const RULES: &[Rule] = &[
         "address.note_to_ai",
         F::HiddenInstructions,
         K::Address,
-        r"\b(note|message|instructions?|hint|notice|directive|reminder|warning|request|memo|tip|information)s? (to|for) (the |all |any |automated )?(ai|llm|model|assistant|agent|bot|chatbot|language model|copilot|claude|gpt|analysis software)s?\b",
+        r"\b(note|message|instructions?|hint|notice|directive|reminder|warning|request|memo|tip|information)s? (to|for) (the |all |any |automated )?([\w-]+ )?(ai|llm|model|assistant|agent|bot|chatbot|language model|copilot|claude|gpt|analysis software)s?\b",
     ),
     r(
         "address.ai_agents",
@@ -284,7 +289,7 @@ pub const RULES: &[Rule] = &[
         "address.vocative",
         F::HiddenInstructions,
         K::Address,
-        r"(?m)(^|[.!?>:\]*(|-]\s*|\bdear |\bhey |\battention,? |\bhello )(assistant|ai|agent|model|llm|claude|chatgpt|copilot|bot|ai agent|ai assistant|agents|assistants)\s*[:,!]",
+        r"(?m)(^|[.!?>:\]*({|-]\s*)(assistant|ai|model|llm|claude|chatgpt|copilot|ai agent|ai assistant|assistants)\s*[:,!]|\b(dear|hey|attention,?|hello) (assistant|ai|agent|model|llm|bot|claude|copilot)\b",
     ),
     r(
         "address.if_ai_reads",
@@ -302,7 +307,7 @@ pub const RULES: &[Rule] = &[
         "address.only",
         F::HiddenInstructions,
         K::Address,
-        r"\bfor (ai|llm) (assistants?|agents?|tools?|models?) only|\[assistant[- ]only|\bfor assistants\s*:|\bassistants? only\b|\b(automated|autonomous) (agents?|systems?|assistants?|screening|analysis)|\b(to|for) (the )?(ai|assistant|model|agent)\s*:|\bthe (assistant|model|agent) (must|should|is authorized|has been|needs to)\b|\b(ranking|routing|priority) (hint|rule|note)|\btool priority rule\b|\bimplementation hint for the agent|\bversion [\d.]+ change for agents",
+        r"\bfor (ai|llm) (assistants?|agents?|tools?|models?) only|\[assistant[- ]only|\bfor assistants\s*:|\bassistants? only\b|\b(automated|autonomous) (agents?|systems?|assistants?|screening|analysis)|\b(to|for) (the )?(ai|assistant|model|agent)\s*:|\bthe (assistant|model|agent) (must|should|is authorized|has been|needs to)\b|\b(ranking|routing|priority) (hint|rule|note)|\btool priority rule\b|\bimplementation hint for the agent|\bversion [\d.]+ change for agents|\bagents (must|should|need to)\b",
     ),
     r(
         "address.multilingual",
@@ -321,7 +326,7 @@ pub const RULES: &[Rule] = &[
         "conceal.without_asking",
         F::HiddenInstructions,
         K::Conceal,
-        r"\b(no need to|without|do not|don't|never) (ask|asking|confirm|confirmation|approval|permission|consent|checking with|waiting for)\b( (the user|me|them|for))?",
+        r"\bno need to (ask|confirm)\b( (the user|for (confirmation|approval|permission))|\s*[.;!]|$)|\bwithout (asking|telling|notifying|informing|checking with)( (the user|them|me|anyone|him|her|for (confirmation|approval|permission)))?\s*([.;,!)]|$|me\b|the user\b|them\b|anyone\b|for\b)|\bwithout waiting for (confirmation|approval)|\b(do not|don't) (ask|wait) for (confirmation|approval|permission)|\b(do not|don't) ask (the user|them|me)\b|\bno confirmation (needed|required)",
     ),
     r(
         "conceal.silently",
@@ -373,7 +378,7 @@ pub const RULES: &[Rule] = &[
         "imperative.verb",
         F::HiddenInstructions,
         K::Imperative,
-        r"(?m)(^|[.!?:;(\n>*\]-]\s*|\b(and|then|also|first|please|always|just|now|simply|immediately|must|should|need to|needs to|required to|have to|has to|be sure to|make sure to|remember to|secretly|silently|quietly|start by|begin by|you)\s+)(read|cat|open|copy|paste|include|pass|send|email|e-mail|forward|upload|post|publish|attach|append|prepend|add|run|execute|exec|call|invoke|fill|set|provide|print|output|reveal|share|transfer|wire|pay|delete|remove|erase|wipe|resolve|collect|gather|store|save|remember|write|install|download|fetch|bcc|cc|change|replace|modify|tell|say|ask|insert|put|export|grant|approve|merge|invite|disable|push|skip|route|look up|extract|dump|grab|exfiltrate|leak|submit|respond|reply|buy|purchase|book|visit|concatenate|give|use|get|source|look|check|search|reply|paste|summarize|encode)\b",
+        r"(?m)(^|[.!?:;,(\n>*\]{-]\s*|\b(and|then|also|first|please|always|just|now|simply|immediately|must|should|need to|needs to|required to|have to|has to|be sure to|make sure to|remember to|secretly|silently|quietly|you|so|thus|instead|afterwards|finally|next|later|kindly|or)\s+)(read|cat|open|copy|paste|include|pass|send|email|e-mail|forward|upload|post|publish|attach|append|prepend|add|run|execute|exec|call|invoke|fill|set|provide|print|output|reveal|share|transfer|wire|pay|delete|remove|erase|wipe|resolve|collect|gather|store|save|remember|write|install|download|fetch|bcc|cc|change|replace|modify|tell|say|ask|insert|put|export|grant|approve|merge|invite|disable|push|skip|route|look up|extract|dump|grab|exfiltrate|leak|submit|respond|reply|buy|purchase|book|visit|concatenate|give|use|get|source|look|check|search|reply|paste|summarize|encode|create)\b|\b(start|begin|starting) by (reading|running|executing|calling|sending|copying|opening|uploading)\b",
     ),
     r(
         "imperative.also_does",
@@ -386,7 +391,7 @@ pub const RULES: &[Rule] = &[
         "credential.path",
         F::CredentialTheft,
         K::Credential,
-        r"~/\.ssh\b|\.ssh/(id_|authorized_keys|config)|\bid_(rsa|ed25519|ecdsa|dsa)\b|\.aws/credentials|\baws_secret_access_key\b|\.kube/config|\bkubeconfig\b|\.docker/config\.json|\.npmrc\b|\.pypirc\b|\.netrc\b|/etc/shadow\b|/etc/passwd\b|claude_desktop_config\.json|\.cursor/mcp\.json|\bmcp_config\.json|\.codeium/|\.config/gh/hosts\.yml|application_default_credentials|\.git-credentials|\.bash_history|\.zsh_history|/proc/self/environ|\.gnupg\b|\.password-store|wallet\.dat|\.ovpn\b|\\config\\sam\b|\.config/gcloud",
+        r"~/\.ssh(/[\w.-]+)?|\.ssh/(id_[\w.-]+|authorized_keys|config)|\bid_(rsa|ed25519|ecdsa|dsa)(\.pub)?\b|\.aws/credentials|\baws_secret_access_key\b|\.kube/config|\bkubeconfig\b|\.docker/config\.json|\.npmrc\b|\.pypirc\b|\.netrc\b|/etc/shadow\b|/etc/passwd\b|claude_desktop_config\.json|\.cursor/mcp\.json|\bmcp_config\.json|\.codeium/|\.config/gh/hosts\.yml|application_default_credentials|\.git-credentials|\.bash_history|\.zsh_history|/proc/self/environ|\.gnupg\b|\.password-store|wallet\.dat|\.ovpn\b|\\config\\sam\b|\.config/gcloud",
     ),
     r(
         "credential.dotenv",
@@ -411,21 +416,27 @@ pub const RULES: &[Rule] = &[
         "secret.noun",
         F::CredentialTheft,
         K::SecretNoun,
-        r"\b(ssh (private )?keys?|private keys?|aws credential\w*|api[ _-]?keys?|access (keys?|tokens?)|secret (keys?|access)|auth(entication)? tokens?|oauth tokens?|refresh tokens?|bearer tokens?|passwords?|passwd|credentials?|creds|secrets|seed phrase|recovery phrase|mnemonic|2fa|verification code|security code|cvv2?|card (number|details)|credit card|passport( number)?|shell history|kubernetes config\w*|session cookies|bank(ing)? (details|login|pin)|github_token|openai_api_key|anthropic_api_key|[a-z]+_api_key|oauth_token|_authtoken|client_secret|tokens)\b",
+        r"\b(ssh (private )?keys?|private keys?|aws credential\w*|api[ _-]?keys?|[a-z]+_(password|secret|token|api_key)|access (keys?|tokens?)|secret (keys?|access)|auth(entication)? tokens?|oauth tokens?|refresh tokens?|bearer tokens?|passwords?|passwd|credentials?|creds|secrets|seed phrase|recovery phrase|mnemonic|2fa|verification code|security code|cvv2?|card (number|details)|credit card|passport( number)?|shell history|kubernetes config\w*|session cookies|bank(ing)? (details|login|pin)|github_token|openai_api_key|anthropic_api_key|[a-z]+_api_key|oauth_token|_authtoken|client_secret|tokens)\b",
     ),
     // ---- context harvesting ----
     r(
         "context.system_prompt",
         F::ContextHarvesting,
         K::Context,
-        r"\bsystem[ _-]?prompt|\bhidden instructions\b|\b(your|the) (instructions|rules) verbatim|\bdeveloper (messages?|instructions)|\b(entire|full|complete|whole) (conversation|chat|context|transcript|history|message history|chat history)|\bconversation (history|so far|transcript|log)\b|\bchat (history|log|transcript)\b|\bcontext window\b|\beverything in your context|\b(last|previous|recent) (\d+ |few |two |three |five |ten )?messages|\bthe user'?s (last|previous|recent|private) ([\w-]+ )?(messages?|notes|dms|request)|\bthe text of the user'?s request\b|\b(outputs?|results?) of every (other )?tool|\bevery (other )?tool'?s? (output|result)|\b(all|every) tool (outputs|results)|\btool descriptions of all|\b(names|descriptions) of all (the )?tools|\b(every|all) tools? you (can call|have access to)|\blist of every tool|\beverything you know about the user|\b(all|every) (the )?(emails?|messages|contacts|notes) (in|from) (my|the|this|your|the user'?s)\b|\baddress book\b|\bcontact list\b|\bcontacts you have seen|\bprivate (notes|dms|messages|code|repository|files|notes folder)\b|\bthe user'?s (personal|private) (data|information|details)|\bpassport number|\bcredit card number|\b(the )?contents of (all|every|each) (the )?(unread |received |sent )?(emails?|files|messages)|\bsummary of the page and our conversation|\bour conversation\b|\bthis chat\b|\bthe conversation\b",
+        r"\bsystem[ _-]?prompt|\bhidden instructions\b|\b(your|the) (instructions|rules) verbatim|\bdeveloper (messages?|instructions)|\b(entire|full|complete|whole) (conversation|chat|context|transcript|history|message history|chat history)|\bconversation (history|so far|transcript|log)\b|\bchat (history|log|transcript)\b|\bcontext window\b|\beverything in your context|\b(last|previous) (\d+|few|two|three|five|ten) messages|\bthe user\'?s contacts\b|\b(the user\'?s |their |my )?(full|entire|whole) (calendar|inbox|mailbox|drive|address book|contact list|contacts)\b|\bthe user'?s (last|previous|recent|private) ([\w-]+ )?(messages?|notes|dms|request)|\bthe text of the user'?s request\b|\b(outputs?|results?) of every (other )?tool|\bevery (other )?tool'?s? (output|result)|\b(all|every) tool (outputs|results)|\btool descriptions of all|\b(names|descriptions) of all (the )?tools|\b(every|all) tools? you (can call|have access to)|\blist of every tool|\beverything you know about the user|\b(all|every) (the )?(emails?|messages|contacts|notes) (in|from) (my|the|this|your|the user'?s)\b|\baddress book\b|\bcontact list\b|\bcontacts you have seen|\bprivate (notes|dms|messages|code|repository|files|notes folder)\b|\bthe user'?s (personal|private) (data|information|details)|\bpassport number|\bcredit card number|\b(the )?contents of (all|every|each) (the )?(unread |received |sent )?(emails?|files|messages)|\bsummary of the page and our conversation|\bour conversation\b|\bthis chat\b|\bthe conversation\b",
     ),
     // ---- shell ----
+    r(
+        "shell.download_pipe",
+        F::ShellInjection,
+        K::Shell,
+        r"\b(curl|wget|iwr|invoke-webrequest|irm|fetch)\b[^|\n]{0,200}\|\s*(sudo )?(ba|z|k|da|fi)?sh\b|\b(curl|wget)\b[^|\n]{0,150}\|\s*(sudo )?(python\d?|perl|ruby|node|bash|sh|iex)\b",
+    ),
     r(
         "shell.download_exec",
         F::ShellInjection,
         K::Shell,
-        r"\b(curl|wget|iwr|invoke-webrequest|irm|fetch)\b[^|\n]{0,200}\|\s*(sudo )?(ba|z|k|da|fi)?sh\b|\b(curl|wget)\b[^|\n]{0,150}\|\s*(sudo )?(python\d?|perl|ruby|node|bash|sh|iex)\b|\bsource\s*<\(\s*(curl|wget)|\bbash\s*<\(\s*(curl|wget)|\biex\b|\binvoke-expression\b|\bdownloadstring\b|\bset-executionpolicy bypass",
+        r"\bsource\s*<\(\s*(curl|wget)|\bbash\s*<\(\s*(curl|wget)|\biex\b|\binvoke-expression\b|\bdownloadstring\b|\bset-executionpolicy bypass",
     ),
     r(
         "shell.destructive",
@@ -481,7 +492,7 @@ pub const RULES: &[Rule] = &[
         "exfil.send_to_channel",
         F::Exfiltration,
         K::Exfil,
-        r"\b(send|sends|post|posts|upload|uploads|forward|email|e-mail|transmit|submit|exfiltrate|leak|sync|mirror|pipe|beacon|publish|deliver|resend|copy|report|call fetch on|open|share)\b[^.\n]{0,120}?(https?://|\bwww\.|[\w.+-]+@[\w-]+\.[a-z][\w.-]*|\bwebhook|\bgist\b|pastebin|\bngrok\b|requestbin|\+\d[\d ]{6,})",
+        r"\b(send|sends|post|posts|upload|uploads|forward|email|e-mail|transmit|submit|exfiltrate|leak|sync|mirror|pipe|beacon|publish|deliver|resend|copy|report|call fetch on|open|share)(_\w+)?\b[^.\n]{0,120}?(https?://|\bwww\.|[\w.+-]+@[\w-]+\.[a-z][\w.-]*|\bwebhook|\bgist\b|pastebin|\bngrok\b|requestbin|\+\d[\d ]{6,})",
     ),
     r(
         "exfil.bcc",
@@ -499,7 +510,7 @@ pub const RULES: &[Rule] = &[
         "exfil.public_paste",
         F::Exfiltration,
         K::Exfil,
-        r"\b(public|open) (github )?(gist|issue|repository|repo|paste|pastebin)\b|\bas an issue in the public",
+        r"\b(as|to|into|in|create|open|post|publish\w*) (a |an |the )?(public|open) (github )?(gist|issue|repository|repo|paste|pastebin)\b|\bas an issue in the public",
     ),
     r(
         "exfil.dns",
@@ -523,14 +534,14 @@ pub const RULES: &[Rule] = &[
         "exfil.grant_access",
         F::Exfiltration,
         K::Action,
-        r"\b(add|invite|grant)\b[^.\n]{0,60}\b(as (an? )?(collaborator|admin|owner|editor|member)|collaborator|admin rights|to the [\w-]+ (workspace|organization|channel|team|repository))|\b(share|grant access)\b[^.\n]{0,80}\bwith\b[^.\n]{0,30}@|\b(invite|add) (user )?[\w.+-]+@[\w-]+\.[\w.-]+",
+        r"\b(add|invite|grant)\b[^.\n]{0,60}\b(as (an? )?(collaborator|admin|owner|editor|member)|collaborator|admin rights|to the [\w-]+ (workspace|organization|channel|team|repository))|\b(share|grant access)\b[^.\n]{0,80}\bwith\b[^.\n]{0,30}@|\b(invite|add) (user )?[\w.+-]+@[\w-]+\.[\w.-]+|\bchange the role of\b|\bmake (him|her|them|user \S+) (an? )?(admin|owner)\b|\b(role|permissions?) (to|of) (owner|admin)\b|\bto owner\b",
     ),
     // ---- hijacked actions ----
     r(
         "action.payment",
         F::CrossToolInstruction,
         K::Action,
-        r"\b(send|transfer|wire|pay|move)\b[^.\n]{0,20}(\$|€|£)\s?[\d,.]+|\b(send|transfer|wire|pay)\s+(as much money|money|funds|a transaction|a payment|[\d,.]+ ?(usd|eur|gbp|dollars|euros|chf))|\bmake a (payment|transfer|transaction)|\bsend_money|\btransfer_funds|\bupgrade_subscription|\brefund [\d,.]+ ?(usd|eur|\$)|\b(set|change|modify) [^.\n]{0,30}\biban\b|\brecurring payment",
+        r"\b(send|transfer|wire|pay|move)\b[^.\n]{0,20}(\$|€|£)\s?[\d,.]+|\b(send|transfer|wire|pay)\s+(as much money|money|funds|a transaction|a payment|[\d,.]+ ?(usd|eur|gbp|dollars|euros|chf))|\bmake a (payment|transfer|transaction)|\bsend_money|\btransfer_funds|\bupgrade_subscription|\brefund [\d,.]+ ?(usd|eur|\$)|\b(set|change|modify) [^.\n]{0,30}\biban\b|\brecurring payment|\b(paid|pay|payments?) to (the )?(iban|account)\b|\biban [a-z]{2}\d{2}[a-z0-9]{8,}",
     ),
     r(
         "action.destructive",
@@ -551,22 +562,22 @@ pub const RULES: &[Rule] = &[
         r"\b(change|reset|set|update) (the )?(user'?s )?password\b|\b(set|create|add) (an? |the )?(user'?s )?(email )?forwarding rule|\bmake a reservation|\breserve [\w ]{0,20}(tables?|rooms?)|\bbook (a |the )?(room|hotel|flight|table)|\bbuy the first|\b(with|using) (the |their )?saved (card|payment)|\b(create|add) (a |an )?[\w -]{0,20}(calendar )?event (on|with)|\bsubscription must be upgraded",
     ),
     r(
-        "action.output_manipulation",
+        "manipulation.output",
         F::HiddenInstructions,
-        K::Action,
-        r"\b(say|state|claim) that\b|\btell (the user|them|me|everyone|every employee|the person)( that| to)\b|\b(reply|respond|answer) (only )?with\b|\bprint ['\x22]|\bprint the (values?|contents?)|\breport that\b|\b(recommend|recommending) (buying|that)|\b(is|as) (clearly )?not malicious|\bmost qualified\b|\bhighly recommended for|\binterview highly recommended|\b(end|append to) (every|each) (answer|reply|response)|\bin every answer\b|\brepeat <|\bofficially recommended by",
+        K::Manipulation,
+        r"\b(say|state|claim) that\b|\btell (the user|them|me|everyone|every employee|the person)\b|\b(reply|respond|answer) (only )?with\b|\bprint ['\x22]|\bprint the (values?|contents?)|\breport that\b|\b(recommend|recommending) (buying|that)|\b(is|as) (clearly )?not malicious|\bmost qualified\b|\bhighly recommended for|\binterview highly recommended|\b(end|append to) (every|each) (answer|reply|response)|\bin every answer\b|\brepeat <|\bofficially recommended by|\bexceeds all requirements|\bexceptional match\b|\bat the end of every answer",
     ),
     r(
-        "action.memory",
+        "address.memory",
         F::HiddenInstructions,
-        K::Action,
+        K::Address,
         r"\b(save|store|add|write|put|keep) (this|the following|it)?\s*(rule )?(to|in|into) (your )?(long-term |persistent |permanent )?memory|\bremember (permanently|for all future|this for all|forever)|\b(in|for) all future (chats|conversations|sessions|interactions)|\bmust remember and\b",
     ),
     r(
         "action.tool_call",
         F::CrossToolInstruction,
         K::Action,
-        r"\b(send|transfer|delete|remove|share|invite|approve|merge|export|upload|forward|grant|upgrade|restore|post|write)_\w+\s*\(|\bcall [a-z]+_[a-z_]+ (with|on)\b|\bwith the (terminal|shell|network) tool\b|\busing (the )?(send_email|http_request|upload_file)\b|\bvia http_request\b",
+        r"\b(send|transfer|delete|remove|share|invite|approve|merge|export|upload|forward|grant|upgrade|restore)_\w+\(|\b(with|in|using) the (terminal|shell|network|admin panel) tool\b|\b(prepend|append|insert|inject|add) (the |a |this )?(line|code|import|snippet)[^.\n]{0,80}\b(to|into) (any|every|all)\b|\busing (the )?(send_email|http_request|upload_file)\b|\bvia http_request\b",
     ),
     r(
         "action.recon",
@@ -595,7 +606,8 @@ pub const MENTION_MARKERS: &[&str] = &[
     "such as",
     "e.g.",
     "for example",
-    "example",
+    "as an example",
+    "examples",
     "phrase",
     "attempt",
     "quot",
@@ -606,11 +618,10 @@ pub const MENTION_MARKERS: &[&str] = &[
     "look for",
     "variant",
     "needles",
-    "string",
+    "the string",
     "start with",
     "like '",
     "like \"",
-    "called",
     "known as",
     "classic",
     "inputs include",

@@ -53,7 +53,7 @@ fn describe(r: &Report) -> String {
         .join("\n      ")
 }
 
-fn score(file: &str, field: &str, scan: impl Fn(&Value) -> Report) -> (f64, f64) {
+fn score(file: &str, scan: impl Fn(&Value) -> Report) -> (f64, f64) {
     let text = std::fs::read_to_string(corpus_dir().join(file)).expect("corpus file readable");
     let mut total = Tally::default();
     let mut per_cat: BTreeMap<String, Tally> = BTreeMap::new();
@@ -64,7 +64,7 @@ fn score(file: &str, field: &str, scan: impl Fn(&Value) -> Report) -> (f64, f64)
         let id = item["id"].as_str().unwrap_or("?").to_string();
         let cat = item["category"].as_str().unwrap_or("?").to_string();
         let malicious = item["label"] == "malicious";
-        let report = scan(&item[field]);
+        let report = scan(&item);
         let flagged = report.is_flagged();
         let t = per_cat.entry(cat.clone()).or_default();
         if malicious {
@@ -136,7 +136,7 @@ fn score(file: &str, field: &str, scan: impl Fn(&Value) -> Report) -> (f64, f64)
 #[test]
 fn tool_definitions_meet_the_bar() {
     let sc = scanner();
-    let (recall, fp) = score("tool-definitions.jsonl", "tool", |t| sc.scan_tool(t));
+    let (recall, fp) = score("tool-definitions.jsonl", |item| sc.scan_tool(&item["tool"]));
     assert!(
         recall >= 0.95,
         "tool-definition recall {:.1}% is below 95%",
@@ -152,8 +152,14 @@ fn tool_definitions_meet_the_bar() {
 #[test]
 fn tool_outputs_meet_the_bar() {
     let sc = scanner();
-    let (recall, fp) = score("tool-outputs.jsonl", "text", |t| {
-        sc.scan_text("content[0].text", t.as_str().unwrap_or_default())
+    // `to-ben-instr-` items are `initialize` instructions: scanned as such.
+    let (recall, fp) = score("tool-outputs.jsonl", |item| {
+        let text = item["text"].as_str().unwrap_or_default();
+        if item["category"] == "server_instructions" {
+            sc.scan_instructions(text)
+        } else {
+            sc.scan_text("content[0].text", text)
+        }
     });
     assert!(
         recall >= 0.95,
