@@ -77,7 +77,7 @@ pub enum Severity {
 }
 
 impl Severity {
-    const ALL: [Severity; 5] = [
+    pub(crate) const ALL: [Severity; 5] = [
         Severity::Info,
         Severity::Low,
         Severity::Medium,
@@ -393,10 +393,35 @@ impl Store {
 
     /// Events matching `filter`: newest first, or oldest id first when
     /// `after_id` is set (for tailing with a cursor).
+    ///
+    /// A severity range runs one index-ordered query per level and merges
+    /// them here, so no query ever sorts a large table.
     pub async fn query_events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
-        let mut sql = build_event_query("", filter);
-        let rows: Vec<EventRow> = sql.build_query_as().fetch_all(self.pool()).await?;
-        rows.into_iter().map(Event::try_from).collect()
+        let levels: Vec<Option<Severity>> = match filter.min_severity {
+            None => vec![None],
+            Some(min) => Severity::ALL
+                .into_iter()
+                .filter(|s| *s >= min)
+                .map(Some)
+                .collect(),
+        };
+        let mut events = Vec::new();
+        for level in levels.iter().copied() {
+            let mut sql = build_event_query("", filter, level);
+            let rows: Vec<EventRow> = sql.build_query_as().fetch_all(self.pool()).await?;
+            for row in rows {
+                events.push(Event::try_from(row)?);
+            }
+        }
+        if levels.len() > 1 {
+            if filter.after_id.is_some() {
+                events.sort_by_key(|e| e.id);
+            } else {
+                events.sort_by_key(|e| std::cmp::Reverse((e.time_ms, e.id)));
+            }
+            events.truncate(filter.limit.min(EventFilter::MAX_LIMIT) as usize);
+        }
+        Ok(events)
     }
 
     /// One event by id.
@@ -490,37 +515,55 @@ impl Store {
     }
 }
 
-/// The filter's query; `prefix` lets tests prepend `EXPLAIN QUERY PLAN`.
-pub(crate) fn build_event_query(prefix: &str, filter: &EventFilter) -> QueryBuilder<Sqlite> {
+/// The filter's query for one exact severity (or any, with `None`);
+/// `prefix` lets tests prepend `EXPLAIN QUERY PLAN`.
+pub(crate) fn build_event_query(
+    prefix: &str,
+    filter: &EventFilter,
+    severity: Option<Severity>,
+) -> QueryBuilder<Sqlite> {
     let mut sql = QueryBuilder::<Sqlite>::new(prefix);
     sql.push("SELECT ");
     sql.push(EVENT_COLUMNS);
     sql.push(" FROM events WHERE 1 = 1");
+    // A tail walks the primary key forward from its cursor and stops at the
+    // limit; `+column` keeps the planner off the other indexes, which would
+    // make it sort every match by id.
+    let col = |name: &str| {
+        if filter.after_id.is_some() {
+            format!(" AND +{name} ")
+        } else {
+            format!(" AND {name} ")
+        }
+    };
     if let Some(server_id) = &filter.server_id {
-        sql.push(" AND server_id = ").push_bind(server_id.clone());
+        sql.push(col("server_id"))
+            .push("= ")
+            .push_bind(server_id.clone());
     }
     if let Some(tool) = &filter.tool {
-        sql.push(" AND tool = ").push_bind(tool.clone());
+        sql.push(col("tool")).push("= ").push_bind(tool.clone());
     }
     if let Some(event_type) = &filter.event_type {
-        sql.push(" AND type = ").push_bind(event_type.clone());
+        sql.push(col("type"))
+            .push("= ")
+            .push_bind(event_type.clone());
     }
     if let Some(action) = filter.action {
-        sql.push(" AND action = ").push_bind(action.as_str());
+        sql.push(col("action"))
+            .push("= ")
+            .push_bind(action.as_str());
     }
-    if let Some(min) = filter.min_severity {
-        sql.push(" AND severity IN (");
-        let mut list = sql.separated(", ");
-        for severity in Severity::ALL.into_iter().filter(|s| *s >= min) {
-            list.push_bind(severity.as_str());
-        }
-        sql.push(")");
+    if let Some(severity) = severity {
+        sql.push(col("severity"))
+            .push("= ")
+            .push_bind(severity.as_str());
     }
     if let Some(since) = filter.since_ms {
-        sql.push(" AND time_ms >= ").push_bind(since);
+        sql.push(col("time_ms")).push(">= ").push_bind(since);
     }
     if let Some(until) = filter.until_ms {
-        sql.push(" AND time_ms < ").push_bind(until);
+        sql.push(col("time_ms")).push("< ").push_bind(until);
     }
     if let Some(after) = filter.after_id {
         sql.push(" AND id > ").push_bind(after);

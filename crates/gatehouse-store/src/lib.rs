@@ -45,6 +45,8 @@ mod maintenance;
 mod meta;
 mod modes;
 mod pins;
+#[cfg(test)]
+mod query_plans;
 mod rate_buckets;
 mod servers;
 #[cfg(test)]
