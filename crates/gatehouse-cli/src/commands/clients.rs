@@ -1,22 +1,297 @@
+//! `gatehouse clients`, `protect`, `unprotect`: thin shells over
+//! `gatehouse_clients`, with the OS keyring as vault and the store as the
+//! identity registry.
+#![allow(clippy::print_stdout)]
+
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Mutex;
+
+use anyhow::{bail, Context};
+use gatehouse_clients::discover::{all_projects, config_files};
+use gatehouse_clients::protect::{new_server_id, SystemProbe};
+use gatehouse_clients::{
+    detect, ClientError, ClientSpec, FileReport, HomeDirs, Options, ProtectedServer, Protector,
+    ServerRegistry, CLIENTS,
+};
+use gatehouse_vault::KeyringVault;
 
 #[derive(clap::Args)]
-pub struct ClientsArgs {}
-
-pub fn run_clients(_args: ClientsArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+pub struct ClientsArgs {
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+    /// Also look at this project directory (repeatable).
+    #[arg(long = "project", value_name = "DIR")]
+    projects: Vec<PathBuf>,
 }
 
 #[derive(clap::Args)]
-pub struct ProtectArgs {}
-
-pub fn run_protect(_args: ProtectArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+pub struct ProtectArgs {
+    /// Clients to protect (cursor, claude-desktop, claude-code, vscode, windsurf, gemini, codex, zed, cline).
+    clients: Vec<String>,
+    /// Every detected client.
+    #[arg(long)]
+    all: bool,
+    /// Print a unified diff (secrets redacted) and write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Also protect this project's config files (repeatable).
+    #[arg(long = "project", value_name = "DIR")]
+    projects: Vec<PathBuf>,
+    /// Confirm rewriting git-tracked project files.
+    #[arg(long)]
+    yes: bool,
+    /// Point already wrapped entries at this gatehouse binary.
+    #[arg(long)]
+    repair: bool,
+    /// GATEHOUSE_HOME to use (and to write into wrapped entries).
+    #[arg(long, value_name = "DIR")]
+    home: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
-pub struct UnprotectArgs {}
+pub struct UnprotectArgs {
+    /// Clients to restore.
+    clients: Vec<String>,
+    /// Every client.
+    #[arg(long)]
+    all: bool,
+    /// Print the diff and write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Also restore this project's config files (repeatable).
+    #[arg(long = "project", value_name = "DIR")]
+    projects: Vec<PathBuf>,
+    /// GATEHOUSE_HOME to use.
+    #[arg(long, value_name = "DIR")]
+    home: Option<PathBuf>,
+}
 
-pub fn run_unprotect(_args: UnprotectArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+pub fn run_clients(args: ClientsArgs) -> anyhow::Result<ExitCode> {
+    let dirs = HomeDirs::from_env();
+    let found = detect(&dirs, &args.projects);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&found)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if found.is_empty() {
+        println!("No AI client MCP configs found.");
+    }
+    for c in &found {
+        println!("{} ({})", c.name, c.key);
+        for b in &c.blockers {
+            println!("  ! {b}");
+        }
+        for f in &c.files {
+            println!("  {}", f.path.display());
+            if let Some(e) = &f.error {
+                println!("    ! {e}");
+            }
+            for s in &f.servers {
+                let state = match (&s.protected, &s.blocker) {
+                    (Some(id), _) => format!("protected ({id})"),
+                    (None, Some(b)) => format!("not protectable: {b}"),
+                    (None, None) => "NOT protected".into(),
+                };
+                let secrets = if s.secrets.is_empty() {
+                    String::new()
+                } else {
+                    format!("  plain-text secrets: {}", s.secrets.join(", "))
+                };
+                let env_file = if s.env_file {
+                    "  (envFile not inspected)"
+                } else {
+                    ""
+                };
+                println!(
+                    "    {:<20} {:<9} {:<10} {state}{secrets}{env_file}",
+                    s.name, s.transport, s.scope
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn select(names: &[String], all: bool) -> anyhow::Result<Vec<&'static ClientSpec>> {
+    if all {
+        return Ok(CLIENTS.iter().collect());
+    }
+    if names.is_empty() {
+        bail!("name the clients to act on (see `gatehouse clients`) or pass --all");
+    }
+    names
+        .iter()
+        .map(|n| {
+            gatehouse_clients::client(n)
+                .with_context(|| format!("unknown client {n:?}; known: {}", known()))
+        })
+        .collect()
+}
+
+fn known() -> String {
+    CLIENTS.iter().map(|c| c.key).collect::<Vec<_>>().join(", ")
+}
+
+/// Identity records go to the store, where `gatehouse wrap` checks them.
+struct StoreRegistry {
+    rt: tokio::runtime::Runtime,
+    store: gatehouse_store::Store,
+}
+
+impl StoreRegistry {
+    fn open(home: &Path) -> anyhow::Result<Self> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let store = rt
+            .block_on(gatehouse_store::Store::open(
+                home,
+                gatehouse_store::StoreOptions::control_plane(),
+            ))
+            .with_context(|| format!("opening the Gatehouse database in {}", home.display()))?;
+        Ok(Self { rt, store })
+    }
+}
+
+impl ServerRegistry for StoreRegistry {
+    fn register(&self, s: &ProtectedServer) -> Result<(), ClientError> {
+        let server = gatehouse_store::NewServer {
+            id: s.id.clone(),
+            display_name: s.entry_name.clone(),
+            client: s.client.clone(),
+            config_path: s.config_path.clone(),
+            scope: s.scope.clone(),
+            entry_name: s.entry_name.clone(),
+            command_hash: s.launch_hash.clone(),
+            argv_json: serde_json::to_string(&s.argv)
+                .map_err(|e| ClientError::State(e.to_string()))?,
+            cwd: s.cwd.clone(),
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        self.rt
+            .block_on(self.store.register_protected_server(&server, now))
+            .map_err(|e| ClientError::State(format!("recording server {}: {e}", s.id)))
+    }
+}
+
+fn stamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("{secs}")
+}
+
+fn print_report(r: &FileReport, verb: &str) {
+    if !r.changed && r.entries.is_empty() && r.skipped.is_empty() {
+        println!("  {}: nothing to do", r.path.display());
+        return;
+    }
+    let what = if r.changed { verb } else { "unchanged" };
+    println!(
+        "  {}: {what}{}",
+        r.path.display(),
+        if r.entries.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", r.entries.join(", "))
+        }
+    );
+    for (name, why) in &r.skipped {
+        println!("    skipped {name}: {why}");
+    }
+    if let Some(diff) = &r.diff {
+        print!("{diff}");
+    }
+    for n in &r.notes {
+        println!("    note: {n}");
+    }
+}
+
+fn run_files(
+    clients: &[&'static ClientSpec],
+    projects: &[PathBuf],
+    home: Option<&Path>,
+    opts: &Options,
+    unprotect: bool,
+) -> anyhow::Result<ExitCode> {
+    let gatehouse_home = gatehouse_store::home::resolve(home);
+    let gatehouse_home = std::path::absolute(&gatehouse_home).unwrap_or(gatehouse_home);
+    gatehouse_store::home::ensure_private_dir(&gatehouse_home)
+        .with_context(|| format!("creating {}", gatehouse_home.display()))?;
+    let exe = std::env::current_exe().context("locating the gatehouse binary")?;
+    let exe = std::fs::canonicalize(&exe).unwrap_or(exe);
+    let vault = KeyringVault::new();
+    let registry = StoreRegistry::open(&gatehouse_home)?;
+    let probe = SystemProbe;
+    let protector = Protector {
+        gatehouse_home: gatehouse_home.clone(),
+        exe,
+        vault: &vault,
+        registry: &registry,
+        processes: &probe,
+        ids: Mutex::new(Box::new(new_server_id)),
+        stamp: stamp(),
+    };
+    let dirs = HomeDirs::from_env();
+    let projects = all_projects(&dirs, projects);
+    let mut failed = false;
+    for client in clients {
+        let files = config_files(client, &dirs, &projects);
+        if files.is_empty() {
+            continue;
+        }
+        println!("{} ({})", client.name, client.key);
+        for f in &files {
+            let result = if unprotect {
+                protector.unprotect_file(f, opts)
+            } else {
+                protector.protect_file(f, opts)
+            };
+            match result {
+                Ok(r) => print_report(
+                    &r,
+                    if opts.dry_run {
+                        "would change"
+                    } else if unprotect {
+                        "restored"
+                    } else {
+                        "protected"
+                    },
+                ),
+                Err(e) => {
+                    failed = true;
+                    println!("  {}: error: {e}", f.path.display());
+                }
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+pub fn run_protect(args: ProtectArgs) -> anyhow::Result<ExitCode> {
+    let clients = select(&args.clients, args.all)?;
+    let opts = Options {
+        dry_run: args.dry_run,
+        yes: args.yes,
+        repair: args.repair,
+    };
+    run_files(&clients, &args.projects, args.home.as_deref(), &opts, false)
+}
+
+pub fn run_unprotect(args: UnprotectArgs) -> anyhow::Result<ExitCode> {
+    let clients = select(&args.clients, args.all)?;
+    let opts = Options {
+        dry_run: args.dry_run,
+        yes: true,
+        repair: false,
+    };
+    run_files(&clients, &args.projects, args.home.as_deref(), &opts, true)
 }
