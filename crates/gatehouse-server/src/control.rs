@@ -165,6 +165,40 @@ impl Drop for ControlLock {
     }
 }
 
+/// File in `GATEHOUSE_HOME` holding the per-install MAC key (0600).
+pub const INSTALL_KEY_FILE: &str = "install.key";
+
+/// Loads the per-install MAC key for pins and modes, creating it (32
+/// random bytes, 0600, first writer wins) if missing. `gatehouse wrap`
+/// must use the same key, or approvals made here will not verify there.
+pub fn install_key(home: &Path) -> Result<gatehouse_store::MacKey, ControlError> {
+    gatehouse_store::home::ensure_private_dir(home).map_err(io("creating", home))?;
+    let path = home.join(INSTALL_KEY_FILE);
+    for _ in 0..3 {
+        if let Ok(bytes) = std::fs::read(&path) {
+            if let Some(key) = gatehouse_store::MacKey::from_slice(&bytes) {
+                return Ok(key);
+            }
+        }
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes)
+            .map_err(|e| io("generating", &path)(std::io::Error::other(e.to_string())))?;
+        let tmp = home.join(format!("{INSTALL_KEY_FILE}.{}.tmp", std::process::id()));
+        let mut f = open_private(&tmp, true).map_err(io("writing", &tmp))?;
+        f.write_all(&bytes)
+            .and_then(|_| f.sync_all())
+            .map_err(io("writing", &tmp))?;
+        drop(f);
+        // hard_link fails if another process created the key first: re-read theirs.
+        let linked = std::fs::hard_link(&tmp, &path).is_ok();
+        let _ = std::fs::remove_file(&tmp);
+        if linked {
+            return Ok(gatehouse_store::MacKey::new(bytes));
+        }
+    }
+    Err(ControlError::Malformed(path))
+}
+
 /// Reads `control.json` from `home`.
 pub fn read_control(home: &Path) -> Result<ControlInfo, ControlError> {
     let path = home.join(CONTROL_FILE);
@@ -303,6 +337,27 @@ mod tests {
             mode, 0o600,
             "control.json holds the CLI secret and must be private"
         );
+    }
+
+    #[test]
+    fn install_key_is_stable_and_private() {
+        let dir = tempfile::tempdir().unwrap();
+        install_key(dir.path()).unwrap();
+        let first = std::fs::read(dir.path().join(INSTALL_KEY_FILE)).unwrap();
+        install_key(dir.path()).unwrap();
+        let second = std::fs::read(dir.path().join(INSTALL_KEY_FILE)).unwrap();
+        assert_eq!(first.len(), 32, "the key file holds 32 raw bytes");
+        assert_eq!(first, second, "an existing key is reused, never replaced");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.path().join(INSTALL_KEY_FILE))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777;
+            assert_eq!(mode, 0o600, "the install key is private");
+        }
     }
 
     #[test]

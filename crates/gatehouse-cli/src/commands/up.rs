@@ -1,15 +1,182 @@
+//! `gatehouse up` (start the one control plane for this user) and
+//! `gatehouse dashboard` (print a fresh sign-in URL for the running one).
+//!
+//! stdout gets exactly one line, `Dashboard: <sign-in URL>`; everything else
+//! goes to stderr.
+#![allow(clippy::print_stdout)]
+
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use gatehouse_server::control::{self, Acquired, ControlInfo};
+use gatehouse_server::ServerConfig;
+use gatehouse_store::{home, Store, StoreOptions};
 
 #[derive(clap::Args)]
-pub struct UpArgs {}
-
-pub fn run_up(_args: UpArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+pub struct UpArgs {
+    /// Port on 127.0.0.1 (0 picks a free one).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Open the dashboard in the default browser.
+    #[arg(long)]
+    open: bool,
+    /// Gatehouse home (default: $GATEHOUSE_HOME, then the OS data directory).
+    #[arg(long)]
+    home: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
-pub struct DashboardArgs {}
+pub struct DashboardArgs {
+    /// Gatehouse home (default: $GATEHOUSE_HOME, then the OS data directory).
+    #[arg(long)]
+    home: Option<PathBuf>,
+    /// Open the URL in the default browser as well.
+    #[arg(long)]
+    open: bool,
+}
 
-pub fn run_dashboard(_args: DashboardArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+/// Waits (≤ 5 s) for a control plane that holds the lock to publish its file.
+fn wait_for_running(
+    home: &std::path::Path,
+    first: Option<ControlInfo>,
+) -> anyhow::Result<ControlInfo> {
+    if let Some(info) = first {
+        return Ok(info);
+    }
+    for _ in 0..50 {
+        std::thread::sleep(Duration::from_millis(100));
+        if let Ok(info) = control::read_control(home) {
+            return Ok(info);
+        }
+    }
+    bail!(
+        "another control plane holds the lock in {} but has not said where it listens",
+        home.display()
+    )
+}
+
+fn announce(url: &str, open: bool) {
+    println!("Dashboard: {url}");
+    if open {
+        open_browser(url);
+    }
+}
+
+fn open_browser(url: &str) {
+    let mut cmd = if cfg!(target_os = "macos") {
+        std::process::Command::new("open")
+    } else if cfg!(windows) {
+        let mut c = std::process::Command::new("rundll32");
+        c.arg("url.dll,FileProtocolHandler");
+        c
+    } else {
+        std::process::Command::new("xdg-open")
+    };
+    let spawned = cmd
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if spawned.is_err() {
+        eprintln!("gatehouse: could not open a browser; open the URL above yourself");
+    }
+}
+
+pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
+    let home = home::resolve(args.home.as_deref());
+    let mut lock = match control::acquire(&home)? {
+        Acquired::Mine(lock) => lock,
+        Acquired::Running(info) => {
+            let info = wait_for_running(&home, info)?;
+            let url = control::request_signin_url(&info)
+                .context("asking the running control plane for a sign-in link")?;
+            eprintln!(
+                "gatehouse: a control plane is already running for {} (pid {})",
+                home.display(),
+                info.pid
+            );
+            announce(&url, args.open);
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let store = Store::open(&home, StoreOptions::control_plane())
+            .await
+            .context("opening the database")?;
+        let mac_key = control::install_key(&home)?;
+        let mut config = ServerConfig::new(home.clone(), store.clone(), mac_key);
+        config.port = args.port;
+        config.vault = probe_vault().await;
+        let mut handle = gatehouse_server::serve(config).await?;
+        lock.publish(&handle.control_info())?;
+        eprintln!(
+            "gatehouse: control plane for {} listening on {}",
+            home.display(),
+            handle.base_url()
+        );
+        announce(&handle.signin_url(), args.open);
+        tokio::select! {
+            _ = shutdown_signal() => eprintln!("gatehouse: stopping"),
+            _ = handle.wait() => bail!("the control plane stopped unexpectedly"),
+        }
+        handle.shutdown().await;
+        store.close().await;
+        drop(lock);
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// The OS keyring, if it answers within two seconds; else secrets are unavailable.
+async fn probe_vault() -> Option<Arc<dyn gatehouse_vault::Vault>> {
+    let probe = tokio::task::spawn_blocking(|| {
+        let vault = gatehouse_vault::KeyringVault::new().with_timeout(Duration::from_secs(2));
+        vault.probe().map(|_| vault)
+    });
+    match probe.await {
+        Ok(Ok(vault)) => Some(Arc::new(vault)),
+        Ok(Err(e)) => {
+            eprintln!("gatehouse: secrets are unavailable in the dashboard: {e}");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+pub fn run_dashboard(args: DashboardArgs) -> anyhow::Result<ExitCode> {
+    let home = home::resolve(args.home.as_deref());
+    let info = control::read_control(&home)?;
+    let url = control::request_signin_url(&info)
+        .context("asking the running control plane for a sign-in link")?;
+    announce(&url, args.open);
+    Ok(ExitCode::SUCCESS)
 }
