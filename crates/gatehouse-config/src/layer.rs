@@ -541,6 +541,9 @@ fn check_server(c: &mut Checker<'_>, path: &KeyPath, s: &RawServer) -> Option<Se
             ok &= g.is_some();
             g
         }
+        // A restricted entry without a list exposes nothing, also when merged
+        // with a layer that does list tools.
+        None if s.trust == Some(RawTrust::Restricted) => Some(Globs::empty()),
         None => None,
     };
     let mut env = BTreeMap::new();

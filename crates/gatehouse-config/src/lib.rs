@@ -143,25 +143,42 @@ pub fn load(home: &Path) -> Result<LoadedPolicy, PolicyError> {
 
 /// [`load`] with the environment base passed in (for tests).
 pub fn load_with(home: &Path, env_base: Option<&Path>) -> Result<LoadedPolicy, PolicyError> {
-    let local_path = home.join(POLICY_FILE);
-    let local_text = match std::fs::read_to_string(&local_path) {
+    load_local(&home.join(POLICY_FILE), Some(DEFAULT_POLICY), env_base)
+}
+
+/// Loads one policy file (which must exist) and the bases it names: its
+/// `base` key (relative to the file's directory) and `env_base`. This is
+/// what `gatehouse policy check FILE` validates.
+pub fn load_file(path: &Path, env_base: Option<&Path>) -> Result<LoadedPolicy, PolicyError> {
+    load_local(path, None, env_base)
+}
+
+fn load_local(
+    local_path: &Path,
+    if_missing: Option<&str>,
+    env_base: Option<&Path>,
+) -> Result<LoadedPolicy, PolicyError> {
+    let local_text = match std::fs::read_to_string(local_path) {
         Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => DEFAULT_POLICY.to_owned(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && if_missing.is_some() => {
+            if_missing.unwrap_or_default().to_owned()
+        }
         Err(e) => {
             return Err(PolicyError::Io {
-                path: local_path,
+                path: local_path.to_path_buf(),
                 source: e,
             })
         }
     };
     let local_name = local_path.display().to_string();
     let local_layer = layer::parse_layer(&local_name, &local_text).map_err(PolicyError::Invalid)?;
+    let dir = local_path.parent().unwrap_or_else(|| Path::new("."));
     let mut base_paths: Vec<PathBuf> = Vec::new();
     if let Some(p) = env_base {
         base_paths.push(p.to_path_buf());
     }
     if let Some(b) = &local_layer.raw.base {
-        let p = home.join(b);
+        let p = dir.join(b);
         if !base_paths.contains(&p) {
             base_paths.push(p);
         }

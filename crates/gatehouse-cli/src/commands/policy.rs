@@ -1,11 +1,96 @@
+//! `gatehouse policy check|show|init`: validate, print and create `policy.toml`.
+#![allow(clippy::print_stdout)]
+
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use gatehouse_config::{LoadedPolicy, PolicyError};
 
 #[derive(clap::Subcommand)]
 pub enum PolicyCommand {
-    /// Not implemented yet.
-    Todo,
+    /// Validate a policy file (default: the effective policy in GATEHOUSE_HOME,
+    /// with its bases). Exit 0 when valid, 2 with `file:line:col` errors.
+    Check {
+        /// A policy file to check on its own (its `base`, if any, is followed).
+        file: Option<PathBuf>,
+        /// Gatehouse home directory (default: $GATEHOUSE_HOME or the per-OS data dir).
+        #[arg(long)]
+        home: Option<PathBuf>,
+    },
+    /// Print the effective policy: team base and local file merged, defaults filled in.
+    Show {
+        /// Gatehouse home directory (default: $GATEHOUSE_HOME or the per-OS data dir).
+        #[arg(long)]
+        home: Option<PathBuf>,
+    },
+    /// Write the commented default policy.toml if there is none.
+    Init {
+        /// Gatehouse home directory (default: $GATEHOUSE_HOME or the per-OS data dir).
+        #[arg(long)]
+        home: Option<PathBuf>,
+    },
 }
 
-pub fn run(_cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        PolicyCommand::Check { file, home } => {
+            let result = match &file {
+                Some(path) => gatehouse_config::load_file(path, None),
+                None => gatehouse_config::load(&gatehouse_store::home::resolve(home.as_deref())),
+            };
+            match result {
+                Ok(loaded) => {
+                    print_warnings(&loaded);
+                    let names: Vec<&str> = loaded.sources.iter().map(|s| s.name.as_str()).collect();
+                    println!("policy ok: {}", names.join(" + "));
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => Ok(report(&e)),
+            }
+        }
+        PolicyCommand::Show { home } => {
+            let home = gatehouse_store::home::resolve(home.as_deref());
+            match gatehouse_config::load(&home) {
+                Ok(loaded) => {
+                    print_warnings(&loaded);
+                    for s in &loaded.sources {
+                        println!("# source: {}", s.name);
+                    }
+                    print!("{}", loaded.policy.to_toml());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => Ok(report(&e)),
+            }
+        }
+        PolicyCommand::Init { home } => {
+            let home = gatehouse_store::home::resolve(home.as_deref());
+            gatehouse_store::home::ensure_private_dir(&home)?;
+            let path = home.join(gatehouse_config::POLICY_FILE);
+            if gatehouse_config::write_default_if_missing(&home)? {
+                println!("wrote {}", path.display());
+            } else {
+                println!("{} exists; left unchanged", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn print_warnings(loaded: &LoadedPolicy) {
+    for w in &loaded.warnings {
+        eprintln!("{w} (warning)");
+    }
+}
+
+fn report(e: &PolicyError) -> ExitCode {
+    match e {
+        PolicyError::Invalid(diags) => {
+            for d in diags {
+                eprintln!("{d}");
+            }
+            eprintln!("policy invalid: {} error(s)", diags.len());
+        }
+        PolicyError::Io { .. } => eprintln!("gatehouse: error: {e}"),
+    }
+    ExitCode::from(2)
 }
