@@ -114,6 +114,12 @@ impl<I: Inspector> Relay<I> {
         self.refused = Some((rule.to_string(), reason.to_string()));
     }
 
+    /// Our own requests or parked calls still in flight: the host keeps the
+    /// server's stdin open until they are done, even after the client left.
+    pub fn has_outstanding_work(&self) -> bool {
+        !self.parked.is_empty() || !self.internal.is_empty()
+    }
+
     pub fn settings(&self) -> &Settings {
         &self.settings
     }

@@ -1,1 +1,19 @@
-//! gatehouse-proxy (being built).
+//! gatehouse-proxy: `gatehouse wrap`, the stdio relay. It starts the real
+//! server in an isolated environment, feeds every frame of both directions
+//! through the engine's [`gatehouse_engine::Relay`], and performs what the
+//! engine decides: forward, answer, record events, persist pins, notice
+//! approvals by polling the database.
+//!
+//! Key types: [`WrapOptions`], [`run_wrap`], [`lines::LineReader`].
+//!
+//! **Invariant:** stdout carries only protocol frames; the child's stderr is
+//! passed through untouched and never read; secret values never reach logs,
+//! events or errors; the child never outlives wrap on Linux.
+
+pub mod adapters;
+pub mod child;
+pub mod lines;
+pub mod session;
+pub mod wrap;
+
+pub use wrap::{run_wrap, WrapError, WrapOptions};

@@ -1,8 +1,44 @@
+//! `gatehouse wrap`: what protected client configs launch.
+
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+
+use gatehouse_proxy::{run_wrap, WrapOptions};
+use gatehouse_vault::KeyringVault;
 
 #[derive(clap::Args)]
-pub struct WrapArgs {}
+pub struct WrapArgs {
+    /// Opaque server id assigned by `gatehouse protect`.
+    #[arg(long = "server", value_name = "ID")]
+    server: String,
+    /// Gatehouse's state directory (default: GATEHOUSE_HOME or the per-OS data dir).
+    #[arg(long, value_name = "DIR")]
+    home: Option<PathBuf>,
+    /// Environment variable names the server may see (comma-separated, repeatable).
+    #[arg(long = "pass-env", value_name = "NAMES", value_delimiter = ',')]
+    pass_env: Vec<String>,
+    /// The server command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
 
-pub fn run(_args: WrapArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+pub fn run(args: WrapArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let options = WrapOptions {
+        server_id: args.server,
+        home: args.home,
+        pass_env: args
+            .pass_env
+            .into_iter()
+            .filter(|n| !n.is_empty())
+            .collect(),
+        argv: args.command,
+        vault: Some(Arc::new(KeyringVault::new())),
+    };
+    let code = runtime.block_on(run_wrap(options))?;
+    // Exit right away: the child's code is ours.
+    std::process::exit(code)
 }

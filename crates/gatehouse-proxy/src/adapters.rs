@@ -1,0 +1,78 @@
+//! Glue between the engine's seams and the crates that answer them: the
+//! scanner behind [`Inspector`], the typed policy behind [`CallPolicy`].
+
+use gatehouse_config::{Decision, Policy, ServerRef};
+use gatehouse_engine::settings::{CallPolicy, ToolRule};
+use gatehouse_engine::{Finding, Inspector, Severity};
+use gatehouse_scanner::{ListedKind, Report, Scanner};
+use serde_json::Value;
+
+/// The scanner as the engine's inspector.
+pub struct ScannerInspector(pub Scanner);
+
+fn findings(report: Report) -> Vec<Finding> {
+    report
+        .findings
+        .into_iter()
+        .map(|f| Finding {
+            rule: f.rule_id,
+            family: f.family.as_str().to_string(),
+            severity: Severity::parse(f.severity.as_str()).unwrap_or(Severity::High),
+            path: f.path,
+            context: f.context,
+        })
+        .collect()
+}
+
+impl Inspector for ScannerInspector {
+    fn scan_tool(&self, tool: &Value) -> Vec<Finding> {
+        findings(self.0.scan_tool(tool))
+    }
+    fn scan_instructions(&self, text: &str) -> Vec<Finding> {
+        findings(self.0.scan_instructions(text))
+    }
+    fn scan_listed(&self, list_method: &str, item: &Value) -> Vec<Finding> {
+        let kind = match list_method {
+            "prompts/list" => ListedKind::Prompt,
+            "resources/templates/list" => ListedKind::ResourceTemplate,
+            _ => ListedKind::Resource,
+        };
+        findings(self.0.scan_listed(kind, item))
+    }
+    fn scan_result(&self, method: &str, result: &Value) -> Vec<Finding> {
+        findings(self.0.scan_result(method, result))
+    }
+    fn scan_server_request(&self, method: &str, params: &Value) -> Vec<Finding> {
+        findings(self.0.scan_server_request(method, params))
+    }
+}
+
+/// The typed policy, bound to one server.
+pub struct BoundPolicy {
+    pub policy: Policy,
+    pub server_name: String,
+    pub server_id: String,
+}
+
+impl BoundPolicy {
+    fn server(&self) -> ServerRef<'_> {
+        ServerRef::new(&self.server_name, &self.server_id)
+    }
+}
+
+impl CallPolicy for BoundPolicy {
+    fn tool_exposed(&self, tool: &str) -> bool {
+        self.policy.tool_exposed(self.server(), tool)
+    }
+
+    fn tool_decision(&self, tool: &str, hash: Option<&str>, arguments: &Value) -> ToolRule {
+        match self
+            .policy
+            .tool_decision(self.server(), tool, hash, arguments)
+        {
+            Decision::Allow => ToolRule::Allow,
+            Decision::Audit { rule, reason } => ToolRule::Audit { rule, reason },
+            Decision::Block { rule, reason } => ToolRule::Block { rule, reason },
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! Starting the real server: resolve its executable, give it the isolated
+//! environment, tie its lifetime to ours, and stop it cleanly.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tokio::process::{Child, Command};
+
+/// Finds `program` the way a shell would, in the `PATH` the child will get.
+/// Names with a path separator are taken as paths (relative to `cwd`).
+pub fn resolve_program(program: &str, path_var: Option<&OsString>, cwd: &Path) -> Option<PathBuf> {
+    let candidate = Path::new(program);
+    if candidate.components().count() > 1 || candidate.is_absolute() {
+        let full = if candidate.is_absolute() {
+            candidate.to_path_buf()
+        } else {
+            cwd.join(candidate)
+        };
+        return is_executable(&full).then_some(full);
+    }
+    let paths = path_var?;
+    for dir in std::env::split_paths(paths) {
+        for name in executable_names(program) {
+            let full = dir.join(&name);
+            if is_executable(&full) {
+                return Some(full);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(windows)]
+fn executable_names(program: &str) -> Vec<String> {
+    let exts = std::env::var("PATHEXT").unwrap_or_else(|_| ".COM;.EXE;.BAT;.CMD".into());
+    let mut names = vec![program.to_string()];
+    names.extend(
+        exts.split(';')
+            .filter(|e| !e.is_empty())
+            .map(|e| format!("{program}{}", e.to_lowercase())),
+    );
+    names
+}
+
+#[cfg(not(windows))]
+fn executable_names(program: &str) -> Vec<String> {
+    vec![program.to_string()]
+}
+
+#[cfg(unix)]
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+#[cfg(not(unix))]
+fn is_executable(path: &Path) -> bool {
+    path.is_file()
+}
+
+/// Spawns `exe args` with exactly `env`, stdin/stdout piped, stderr passed
+/// straight through (so it can never block the relay).
+pub fn spawn(exe: &Path, args: &[String], env: &[(String, String)]) -> std::io::Result<Child> {
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    lifetime::tie_to_parent(&mut cmd);
+    cmd.spawn()
+}
+
+/// Exit code for a finished child: its own code, or 128 + signal.
+pub fn exit_code(status: std::process::ExitStatus) -> i32 {
+    if let Some(code) = status.code() {
+        return code;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            return 128 + sig;
+        }
+    }
+    1
+}
+
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+mod lifetime {
+    /// Own process group (so we can signal the whole tree) and a
+    /// parent-death signal (so the server cannot outlive wrap, even when
+    /// wrap is SIGKILLed).
+    pub fn tie_to_parent(cmd: &mut tokio::process::Command) {
+        cmd.process_group(0);
+        // SAFETY: prctl is async-signal-safe; nothing else runs in pre_exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+
+    /// Sends `signal` to the child's process group.
+    pub fn signal_group(pid: u32, signal: i32) {
+        // SAFETY: kill(2) with a negative pid signals that process group.
+        unsafe {
+            libc::kill(-(pid as i32), signal);
+        }
+    }
+}
+
+#[cfg(all(unix, not(target_os = "linux")))]
+#[allow(unsafe_code)]
+mod lifetime {
+    /// macOS has no parent-death signal: the group is signalled on every
+    /// exit path of wrap instead (not verified here).
+    pub fn tie_to_parent(cmd: &mut tokio::process::Command) {
+        cmd.process_group(0);
+    }
+
+    pub fn signal_group(pid: u32, signal: i32) {
+        // SAFETY: kill(2) with a negative pid signals that process group.
+        unsafe {
+            libc::kill(-(pid as i32), signal);
+        }
+    }
+}
+
+#[cfg(windows)]
+mod lifetime {
+    /// Windows: `kill_on_drop` ends the direct child; a job object with
+    /// KILL_ON_JOB_CLOSE for the whole tree is not implemented yet.
+    pub fn tie_to_parent(_cmd: &mut tokio::process::Command) {}
+
+    pub fn signal_group(_pid: u32, _signal: i32) {}
+}
+
+/// Asks the server's process group to stop (SIGTERM on Unix).
+pub fn terminate(child: &Child) {
+    if let Some(pid) = child.id() {
+        #[cfg(unix)]
+        lifetime::signal_group(pid, libc::SIGTERM);
+        #[cfg(not(unix))]
+        lifetime::signal_group(pid, 15);
+    }
+}
+
+/// Kills the server's process group (SIGKILL on Unix).
+pub fn kill(child: &Child) {
+    if let Some(pid) = child.id() {
+        #[cfg(unix)]
+        lifetime::signal_group(pid, libc::SIGKILL);
+        #[cfg(not(unix))]
+        lifetime::signal_group(pid, 9);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_through_path_and_relative_paths() {
+        let path = OsString::from("/nonexistent:/bin:/usr/bin");
+        let sh = resolve_program("sh", Some(&path), Path::new("/")).expect("sh is on PATH");
+        assert!(sh.is_absolute());
+        assert_eq!(
+            resolve_program("definitely-not-a-program-x", Some(&path), Path::new("/")),
+            None
+        );
+        assert_eq!(
+            resolve_program("bin/sh", None, Path::new("/")),
+            Some(PathBuf::from("/bin/sh"))
+        );
+    }
+}

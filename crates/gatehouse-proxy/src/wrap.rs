@@ -1,0 +1,1093 @@
+//! `gatehouse wrap --server ID [--home DIR] [--pass-env NAMES] -- CMD ARGS…`
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gatehouse_config::{LoadedPolicy, Policy, ServerRef, Trust};
+use gatehouse_engine::env::{filter_env, Os};
+use gatehouse_engine::launch::launch_facts;
+use gatehouse_engine::settings::{OnChange, ResultAction};
+use gatehouse_engine::{
+    EngineEvent, Inspector, NoInspector, Output, PinEntry, PinState, PinTable, PinUpdate, Relay,
+    ServerInfo, Settings,
+};
+use gatehouse_protocol::identity::launch_command_hash;
+use gatehouse_protocol::{parse_frame, HASH_VERSION};
+use gatehouse_store::{
+    home, HoldState, Identity, LaunchPin, MacKey, NewEvent, Store, StoreOptions,
+};
+use gatehouse_vault::Vault;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use crate::adapters::{BoundPolicy, ScannerInspector};
+use crate::child;
+use crate::lines::{Line, LineReader};
+
+/// What `gatehouse wrap` was asked to run.
+pub struct WrapOptions {
+    pub server_id: String,
+    pub home: Option<PathBuf>,
+    pub pass_env: Vec<String>,
+    /// The original command and its arguments (placeholders unexpanded).
+    pub argv: Vec<String>,
+    /// Where the server's secrets come from (None: no secrets).
+    pub vault: Option<Arc<dyn Vault>>,
+}
+
+/// Why wrap could not run. Each variant says which side caused it.
+#[derive(Debug, thiserror::Error)]
+pub enum WrapError {
+    #[error("gatehouse: no command given after `--`")]
+    NoCommand,
+    #[error("gatehouse: cannot find the server command {0:?} on PATH")]
+    CommandNotFound(String),
+    #[error("gatehouse: could not start the server {command:?}: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("gatehouse: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+const MAC_KEY_FILE: &str = "install.key";
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Runs the relay until the client or the server ends; returns the exit code.
+pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
+    let program = opts.argv.first().cloned().ok_or(WrapError::NoCommand)?;
+    let home_dir = home::resolve(opts.home.as_deref());
+    home::ensure_private_dir(&home_dir)?;
+    let session = crate::session::client_session_key();
+
+    let store = match Store::open(&home_dir, StoreOptions::default()).await {
+        Ok(store) => Some(store),
+        Err(err) => {
+            // DESIGN §8: relay anyway, say so.
+            eprintln!("gatehouse: database unavailable ({err}); relaying without records");
+            None
+        }
+    };
+    let recorder = Recorder::start(store.clone(), opts.server_id.clone(), session.clone());
+    let policy = load_policy(&home_dir, store.as_ref(), &recorder).await;
+    let (mac_key, fingerprint_key) = load_mac_key(&home_dir)?;
+
+    // Identity: the id is bound to the launch command the first time.
+    let command_hash = launch_command_hash(&opts.argv);
+    let identity = match &store {
+        Some(s) => s
+            .check_identity(&opts.server_id, &command_hash, now_ms() as i64)
+            .await
+            .ok(),
+        None => None,
+    };
+    let mismatch = matches!(identity, Some(Identity::Mismatch { .. }));
+    let pin_server_id = if mismatch {
+        // No shared pins: a separate namespace for this command.
+        format!("{}~{}", opts.server_id, &command_hash[7..19])
+    } else {
+        opts.server_id.clone()
+    };
+    let registered = match &store {
+        Some(s) => s.get_server(&opts.server_id).await.ok().flatten(),
+        None => None,
+    };
+    let server_name = registered
+        .as_ref()
+        .and_then(|s| s.display_name.clone())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| opts.server_id.clone());
+    if let Some(Identity::Mismatch { recorded_hash }) = &identity {
+        recorder.event(
+            EngineEvent::new("server_identity_mismatch", gatehouse_engine::Severity::High, gatehouse_engine::Action::Alert, "identity.mismatch")
+                .reason("this server id is bound to a different launch command: no secrets, no shared pins, nothing trusted")
+                .evidence(serde_json::json!({"recorded": recorded_hash, "actual": command_hash})),
+        );
+    }
+
+    // Environment: base list + declared names + secrets.
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let server_settings = policy.server_settings(ServerRef::new(&server_name, &opts.server_id));
+    let mut pass: Vec<String> = opts.pass_env.clone();
+    pass.extend(server_settings.pass_env.iter().cloned());
+    let (mut env, stripped) = filter_env(Os::current(), std::env::vars(), &pass);
+    if !stripped.is_empty() {
+        recorder.event(
+            EngineEvent::new(
+                "env_stripped",
+                gatehouse_engine::Severity::Info,
+                gatehouse_engine::Action::Allow,
+                "env.isolated",
+            )
+            .reason(format!(
+                "{} variable(s) not passed to the server; declare needed ones with --pass-env",
+                stripped.len()
+            ))
+            .evidence(serde_json::json!({ "names": stripped })),
+        );
+    }
+    let mut args: Vec<String> = opts.argv[1..].to_vec();
+    if !mismatch {
+        inject_secrets(
+            &opts,
+            &server_settings,
+            registered
+                .as_ref()
+                .is_some_and(|s| s.origin == gatehouse_store::ServerOrigin::Protect),
+            &mut env,
+            &mut args,
+            &recorder,
+        );
+    } else if args.iter().any(|a| a.contains("{{vault:")) {
+        recorder.event(
+            EngineEvent::new(
+                "vault_secret_withheld",
+                gatehouse_engine::Severity::High,
+                gatehouse_engine::Action::Block,
+                "identity.mismatch",
+            )
+            .reason("secrets are not injected into a server whose launch command changed"),
+        );
+    }
+
+    let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.into());
+    let exe = child::resolve_program(&program, path_var.as_ref(), &cwd)
+        .ok_or_else(|| WrapError::CommandNotFound(program.clone()))?;
+
+    // Settings for the engine.
+    let pins = match &store {
+        Some(s) => load_pins(s, &mac_key, &pin_server_id).await,
+        None => PinTable::default(),
+    };
+    let fresh_while_protected = match &store {
+        Some(s) => !s.has_ever_pinned().await.unwrap_or(true) && protected_configs_exist(&home_dir),
+        None => false,
+    };
+    let trust_first = server_settings.pin_at_first_sight
+        && !mismatch
+        && pins.is_empty()
+        && !fresh_while_protected;
+    let settings = engine_settings(&policy, &server_settings, &server_name, &opts, trust_first);
+    let inspector: Box<dyn Inspector + Send> = match build_scanner(&policy, &fingerprint_key) {
+        Ok(scanner) => Box::new(ScannerInspector(scanner)),
+        Err(err) => {
+            eprintln!("gatehouse: scanner unavailable ({err}); scanning off");
+            Box::new(NoInspector)
+        }
+    };
+    let nonce = hex::encode(
+        &Sha256::digest(format!(
+            "{}{}{}",
+            std::process::id(),
+            now_ms(),
+            opts.server_id
+        ))[..6],
+    );
+    let mut relay = Relay::new(
+        ServerInfo {
+            server_id: opts.server_id.clone(),
+        },
+        settings,
+        BoxedInspector(inspector),
+        pins,
+        &nonce,
+    );
+    let decision = policy.server_decision(
+        ServerRef::new(&server_name, &opts.server_id),
+        &program,
+        exe.to_str(),
+    );
+    let max_frame = usize::try_from(policy.limits.max_frame_bytes).unwrap_or(usize::MAX);
+    if let gatehouse_config::Decision::Block { rule, reason } = decision {
+        relay.refuse(&rule, &reason);
+        eprintln!("gatehouse: refusing to start {server_name}: {reason} ({rule})");
+        return refuse_loop(relay, &recorder, max_frame).await;
+    }
+
+    if let Some(store) = &store {
+        if policy.pinning.launch_pinning && !mismatch {
+            let store = store.clone();
+            let exe = exe.clone();
+            let argv = opts.argv.clone();
+            let server_id = opts.server_id.clone();
+            let recorder = recorder.clone();
+            tokio::spawn(
+                async move { check_launch(&store, &server_id, &exe, &argv, &recorder).await },
+            );
+        }
+    }
+
+    let mut child = child::spawn(&exe, &args, &env).map_err(|source| WrapError::Spawn {
+        command: program.clone(),
+        source,
+    })?;
+    drop(args);
+    drop(env);
+    let child_stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other("no child stdin"))?;
+    let child_stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| std::io::Error::other("no child stdout"))?;
+
+    let (to_client, client_writer) = writer_task(tokio::io::stdout());
+    let (to_server, server_writer) = writer_task(child_stdin);
+    let mut client_lines = reader_task(tokio::io::stdin(), max_frame);
+    let mut server_lines = reader_task(child_stdout, max_frame);
+    let (pins_tx, mut pins_rx) = mpsc::channel::<PinTable>(4);
+    if let Some(store) = &store {
+        tokio::spawn(poll_pins(
+            store.clone(),
+            mac_key.clone(),
+            pin_server_id.clone(),
+            pins_tx,
+        ));
+    }
+    let mut signals = Signals::new()?;
+    let mut to_server = Some(to_server);
+    let mut client_open = true;
+    let mut stop_deadline: Option<tokio::time::Instant> = None;
+    let ctx = Dispatch {
+        recorder: &recorder,
+        pin_server_id: &pin_server_id,
+    };
+
+    let exit = loop {
+        let tick = relay.next_deadline_ms();
+        let tick_sleep = async {
+            match tick {
+                Some(at) => {
+                    tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let stop_sleep = async {
+            match stop_deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let outputs = tokio::select! {
+            line = client_lines.recv(), if client_open => match line {
+                Some(Line::Frame(bytes)) => relay.on_client_frame(parse_frame(bytes), now_ms()),
+                Some(Line::Oversized(n)) => vec![oversized_event("client", n, max_frame)],
+                Some(Line::Eof) | None => {
+                    client_open = false;
+                    Vec::new()
+                }
+            },
+            line = server_lines.recv() => match line {
+                Some(Line::Frame(bytes)) => relay.on_server_frame(parse_frame(bytes), now_ms()),
+                Some(Line::Oversized(n)) => vec![oversized_event("server", n, max_frame)],
+                Some(Line::Eof) | None => break None,
+            },
+            Some(pins) = pins_rx.recv() => relay.on_pins_reloaded(pins, now_ms()),
+            _ = tick_sleep => relay.on_tick(now_ms()),
+            _ = stop_sleep => {
+                child::terminate(&child);
+                let status = tokio::time::timeout(STOP_GRACE, child.wait()).await;
+                if status.is_err() {
+                    child::kill(&child);
+                }
+                break None;
+            }
+            sig = signals.recv() => {
+                debug!(signal = sig, "stopping the server");
+                child::terminate(&child);
+                if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
+                    child::kill(&child);
+                }
+                break Some(128 + sig);
+            }
+        };
+        ctx.dispatch(outputs, &to_client, to_server.as_ref()).await;
+        if !client_open && to_server.is_some() && !relay.has_outstanding_work() {
+            // The client is gone and our own requests are answered: close the
+            // server's stdin and give it a moment to finish on its own.
+            to_server = None;
+            stop_deadline = Some(tokio::time::Instant::now() + STOP_GRACE);
+        }
+    };
+
+    drop(to_server);
+    drop(to_client);
+    let _ = client_writer.await;
+    let _ = server_writer.await;
+    let code = match exit {
+        Some(code) => code,
+        None => match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+            Ok(Ok(status)) => child::exit_code(status),
+            _ => {
+                child::kill(&child);
+                child.wait().await.map(child::exit_code).unwrap_or(1)
+            }
+        },
+    };
+    recorder.finish().await;
+    Ok(code)
+}
+
+/// A boxed inspector, so the relay's type does not depend on the choice.
+struct BoxedInspector(Box<dyn Inspector + Send>);
+
+impl Inspector for BoxedInspector {
+    fn scan_tool(&self, tool: &serde_json::Value) -> Vec<gatehouse_engine::Finding> {
+        self.0.scan_tool(tool)
+    }
+    fn scan_instructions(&self, text: &str) -> Vec<gatehouse_engine::Finding> {
+        self.0.scan_instructions(text)
+    }
+    fn scan_listed(&self, m: &str, item: &serde_json::Value) -> Vec<gatehouse_engine::Finding> {
+        self.0.scan_listed(m, item)
+    }
+    fn scan_result(&self, m: &str, r: &serde_json::Value) -> Vec<gatehouse_engine::Finding> {
+        self.0.scan_result(m, r)
+    }
+    fn scan_server_request(
+        &self,
+        m: &str,
+        p: &serde_json::Value,
+    ) -> Vec<gatehouse_engine::Finding> {
+        self.0.scan_server_request(m, p)
+    }
+}
+
+struct Dispatch<'a> {
+    recorder: &'a Recorder,
+    pin_server_id: &'a str,
+}
+
+impl Dispatch<'_> {
+    async fn dispatch(
+        &self,
+        outputs: Vec<Output>,
+        to_client: &mpsc::Sender<Vec<u8>>,
+        to_server: Option<&mpsc::Sender<Vec<u8>>>,
+    ) {
+        for output in outputs {
+            match output {
+                Output::ToClient(bytes) => {
+                    let _ = to_client.send(bytes).await;
+                }
+                Output::ToServer(bytes) => {
+                    if let Some(tx) = to_server {
+                        let _ = tx.send(bytes).await;
+                    }
+                }
+                Output::Event(event) => self.recorder.event(event),
+                Output::Persist(update) => self.recorder.persist(self.pin_server_id, update),
+            }
+        }
+    }
+}
+
+/// A refused server: no child; every request is answered with the refusal.
+async fn refuse_loop<I: Inspector>(
+    mut relay: Relay<I>,
+    recorder: &Recorder,
+    max_frame: usize,
+) -> Result<i32, WrapError> {
+    let (to_client, writer) = writer_task(tokio::io::stdout());
+    let mut lines = reader_task(tokio::io::stdin(), max_frame);
+    while let Some(Line::Frame(bytes)) = lines.recv().await {
+        for output in relay.on_client_frame(parse_frame(bytes), now_ms()) {
+            match output {
+                Output::ToClient(b) => {
+                    let _ = to_client.send(b).await;
+                }
+                Output::Event(e) => recorder.event(e),
+                _ => {}
+            }
+        }
+    }
+    drop(to_client);
+    let _ = writer.await;
+    recorder.finish().await;
+    Ok(1)
+}
+
+fn oversized_event(side: &str, len: u64, max: usize) -> Output {
+    Output::Event(
+        EngineEvent::new(
+            "frame_dropped",
+            gatehouse_engine::Severity::Medium,
+            gatehouse_engine::Action::Drop,
+            "framing.oversized",
+        )
+        .reason(format!(
+            "{side} frame of {len} bytes exceeds the {max}-byte ceiling; dropped"
+        ))
+        .evidence(serde_json::json!({ "bytes": len, "side": side })),
+    )
+}
+
+/// Reads lines on its own task so a slow side never stalls the other.
+fn reader_task<R>(reader: R, max: usize) -> mpsc::Receiver<Line>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let mut lines = LineReader::new(BufReader::with_capacity(64 * 1024, reader), max);
+        loop {
+            let line = match lines.next().await {
+                Ok(line) => line,
+                Err(err) => {
+                    debug!(%err, "read failed");
+                    Line::Eof
+                }
+            };
+            let eof = line == Line::Eof;
+            if tx.send(line).await.is_err() || eof {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Writes frames, newline-terminated, flushing when the queue is empty.
+fn writer_task<W>(writer: W) -> (mpsc::Sender<Vec<u8>>, tokio::task::JoinHandle<()>)
+where
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(256);
+    let handle = tokio::spawn(async move {
+        let mut writer = tokio::io::BufWriter::with_capacity(64 * 1024, writer);
+        while let Some(mut frame) = rx.recv().await {
+            frame.push(b'\n');
+            if writer.write_all(&frame).await.is_err() {
+                return;
+            }
+            if rx.is_empty() && writer.flush().await.is_err() {
+                return;
+            }
+        }
+        let _ = writer.flush().await;
+        let _ = writer.shutdown().await;
+    });
+    (tx, handle)
+}
+
+/// Events and pin changes are written by one background task, off the hot path.
+#[derive(Clone)]
+struct Recorder {
+    tx: mpsc::UnboundedSender<Record>,
+}
+
+enum Record {
+    Event(EngineEvent),
+    Pin(String, PinUpdate),
+    /// Answered once everything queued before it is written.
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+impl Recorder {
+    fn start(store: Option<Store>, server_id: String, session: String) -> Recorder {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Record>();
+        tokio::spawn(async move {
+            while let Some(record) = rx.recv().await {
+                match (record, &store) {
+                    (Record::Flush(done), _) => {
+                        let _ = done.send(());
+                    }
+                    (Record::Event(e), None) => {
+                        warn!(kind = e.kind, rule = %e.rule, "event not recorded: no database");
+                    }
+                    (Record::Pin(..), None) => {}
+                    (Record::Event(e), Some(store)) => {
+                        let event = NewEvent {
+                            time_ms: now_ms() as i64,
+                            event_type: e.kind.to_string(),
+                            server_id: Some(server_id.clone()),
+                            tool: e.tool,
+                            action: store_action(e.action),
+                            rule: Some(e.rule),
+                            severity: gatehouse_store::Severity::parse(e.severity.as_str())
+                                .unwrap_or(gatehouse_store::Severity::Info),
+                            reason: e.reason,
+                            evidence_json: (!e.evidence.is_null()).then(|| e.evidence.to_string()),
+                            session: Some(session.clone()),
+                        };
+                        if let Err(err) = store.insert_event(&event).await {
+                            warn!(%err, "could not record an event");
+                        }
+                    }
+                    (Record::Pin(pin_server, update), Some(store)) => {
+                        if let Err(err) = persist_pin(store, &pin_server, update).await {
+                            warn!(%err, "could not persist a pin");
+                        }
+                    }
+                }
+            }
+        });
+        Recorder { tx }
+    }
+
+    fn event(&self, event: EngineEvent) {
+        let _ = self.tx.send(Record::Event(event));
+    }
+
+    fn persist(&self, server: &str, update: PinUpdate) {
+        let _ = self.tx.send(Record::Pin(server.to_string(), update));
+    }
+
+    /// Waits (boundedly) until everything queued so far is written.
+    async fn finish(&self) {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        if self.tx.send(Record::Flush(done)).is_ok() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), wait).await;
+        }
+    }
+}
+
+fn store_action(action: gatehouse_engine::Action) -> gatehouse_store::Action {
+    match action {
+        gatehouse_engine::Action::Allow => gatehouse_store::Action::Allow,
+        gatehouse_engine::Action::Audit => gatehouse_store::Action::Audit,
+        gatehouse_engine::Action::Alert => gatehouse_store::Action::Alert,
+        // A dropped frame is a block of that frame.
+        gatehouse_engine::Action::Block | gatehouse_engine::Action::Drop => {
+            gatehouse_store::Action::Block
+        }
+        gatehouse_engine::Action::Hold => gatehouse_store::Action::Hold,
+    }
+}
+
+async fn persist_pin(
+    store: &Store,
+    server_id: &str,
+    update: PinUpdate,
+) -> gatehouse_store::Result<()> {
+    let now = now_ms() as i64;
+    let key = MAC_KEY
+        .get()
+        .cloned()
+        .unwrap_or_else(|| MacKey::new([0; 32]));
+    let seen = |tool: &str, hash: &str, definition: &serde_json::Value| gatehouse_store::SeenTool {
+        server_id: server_id.to_string(),
+        name: tool.to_string(),
+        hash: hash.to_string(),
+        hash_version: i64::from(HASH_VERSION),
+        definition_json: definition.to_string(),
+    };
+    match update {
+        PinUpdate::Trust {
+            tool,
+            hash,
+            definition,
+        } => {
+            store
+                .record_seen_tool(&key, &seen(&tool, &hash, &definition), now)
+                .await?;
+            store
+                .approve_tool(&key, server_id, &tool, &hash, now)
+                .await?;
+        }
+        PinUpdate::Hold {
+            tool,
+            hash,
+            definition,
+            ..
+        } => {
+            store
+                .record_seen_tool(&key, &seen(&tool, &hash, &definition), now)
+                .await?;
+            store
+                .hold_tool(&key, server_id, &tool, &hash, HoldState::Held, None, now)
+                .await?;
+        }
+        PinUpdate::Quarantine {
+            tool,
+            hash,
+            definition,
+            findings,
+        } => {
+            store
+                .record_seen_tool(&key, &seen(&tool, &hash, &definition), now)
+                .await?;
+            let findings = findings.to_string();
+            store
+                .hold_tool(
+                    &key,
+                    server_id,
+                    &tool,
+                    &hash,
+                    HoldState::Quarantined,
+                    Some(&findings),
+                    now,
+                )
+                .await?;
+        }
+        PinUpdate::Seen { .. } => {}
+    }
+    Ok(())
+}
+
+static MAC_KEY: std::sync::OnceLock<MacKey> = std::sync::OnceLock::new();
+
+/// The per-install MAC key: a 0600 file in GATEHOUSE_HOME. Where the OS
+/// keyring has per-app ACLs it would be a real barrier; a file is a speed
+/// bump against same-user code (DESIGN §6, documented in ARCHITECTURE.md).
+fn load_mac_key(home_dir: &Path) -> std::io::Result<(MacKey, [u8; 32])> {
+    let path = home_dir.join(MAC_KEY_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) if bytes.len() == 32 => bytes,
+        _ => {
+            let mut seed = Sha256::new();
+            seed.update(now_ms().to_le_bytes());
+            seed.update(std::process::id().to_le_bytes());
+            seed.update(random_bytes()?);
+            let bytes = seed.finalize().to_vec();
+            let tmp = home_dir.join(format!("{MAC_KEY_FILE}.{}", std::process::id()));
+            std::fs::write(&tmp, &bytes)?;
+            home::make_private_file(&tmp)?;
+            // First writer wins; a racing process re-reads the winner's key.
+            if std::fs::hard_link(&tmp, &path).is_err() {
+                let _ = std::fs::remove_file(&tmp);
+                return load_mac_key(home_dir);
+            }
+            let _ = std::fs::remove_file(&tmp);
+            bytes
+        }
+    };
+    let key = MacKey::from_slice(&bytes).ok_or_else(|| std::io::Error::other("bad install key"))?;
+    let _ = MAC_KEY.set(key.clone());
+    // A separate key for credential fingerprints in scanner evidence.
+    let fingerprint: [u8; 32] = Sha256::new()
+        .chain_update(b"gatehouse.fingerprint.v1")
+        .chain_update(&bytes)
+        .finalize()
+        .into();
+    Ok((key, fingerprint))
+}
+
+/// 32 bytes from the OS random source.
+#[cfg(unix)]
+fn random_bytes() -> std::io::Result<[u8; 32]> {
+    use std::io::Read;
+    let mut buf = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+#[cfg(not(unix))]
+fn random_bytes() -> std::io::Result<[u8; 32]> {
+    // Windows: std's HashMap seed comes from the OS RNG (BCryptGenRandom).
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = [0u8; 32];
+    for chunk in out.chunks_mut(8) {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(now_ms());
+        chunk.copy_from_slice(&h.finish().to_le_bytes());
+    }
+    Ok(out)
+}
+
+async fn load_pins(store: &Store, key: &MacKey, server_id: &str) -> PinTable {
+    let mut table = PinTable::default();
+    match store.pins_of_server(key, server_id).await {
+        Ok(pins) => {
+            for pin in pins {
+                let state = match pin.state {
+                    gatehouse_store::PinState::Trusted => PinState::Trusted,
+                    gatehouse_store::PinState::Held => PinState::Held,
+                    gatehouse_store::PinState::Quarantined => PinState::Quarantined,
+                    gatehouse_store::PinState::Rejected => PinState::Rejected,
+                };
+                let approved_hash = pin.approved_hash.clone().filter(|_| pin.mac_valid);
+                table.pins.insert(
+                    pin.tool.clone(),
+                    PinEntry {
+                        // A row with a bad MAC is never trusted.
+                        state: if pin.mac_valid { state } else { PinState::Held },
+                        approved_hash,
+                        pending_hash: pin.pending_hash.clone(),
+                    },
+                );
+            }
+        }
+        Err(err) => warn!(%err, "could not load pins"),
+    }
+    table
+}
+
+/// Notices approvals: cheap `PRAGMA data_version` polling, pins reloaded only
+/// when another connection committed.
+async fn poll_pins(store: Store, key: MacKey, server_id: String, tx: mpsc::Sender<PinTable>) {
+    let mut last = store.data_version().await.unwrap_or(0);
+    let mut last_pins: Option<PinTable> = None;
+    loop {
+        tokio::time::sleep(POLL_INTERVAL).await;
+        let Ok(version) = store.data_version().await else {
+            continue;
+        };
+        if version == last {
+            continue;
+        }
+        last = version;
+        let pins = load_pins(&store, &key, &server_id).await;
+        if last_pins.as_ref() == Some(&pins) {
+            continue;
+        }
+        last_pins = Some(pins.clone());
+        if tx.send(pins).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn load_policy(home_dir: &Path, store: Option<&Store>, recorder: &Recorder) -> Policy {
+    let _ = gatehouse_config::write_default_if_missing(home_dir);
+    match gatehouse_config::load(home_dir) {
+        Ok(loaded) => {
+            if let Some(store) = store {
+                remember_good_policy(store, &loaded).await;
+            }
+            loaded.policy
+        }
+        Err(err) => {
+            eprintln!("gatehouse: policy is invalid, keeping the last good policy:\n{err}");
+            recorder.event(
+                EngineEvent::new(
+                    "policy_invalid",
+                    gatehouse_engine::Severity::High,
+                    gatehouse_engine::Action::Alert,
+                    "policy.invalid",
+                )
+                .reason(format!(
+                    "policy file is invalid; running on the last good policy: {err}"
+                )),
+            );
+            last_good_policy(store).await
+        }
+    }
+}
+
+const LAST_GOOD_KEY: &str = "policy.last_good";
+
+async fn remember_good_policy(store: &Store, loaded: &LoadedPolicy) {
+    let text = loaded.policy.to_toml();
+    if store
+        .get_meta(LAST_GOOD_KEY)
+        .await
+        .ok()
+        .flatten()
+        .as_deref()
+        != Some(text.as_str())
+    {
+        let _ = store.set_meta(LAST_GOOD_KEY, &text).await;
+    }
+}
+
+async fn last_good_policy(store: Option<&Store>) -> Policy {
+    if let Some(store) = store {
+        if let Ok(Some(text)) = store.get_meta(LAST_GOOD_KEY).await {
+            if let Ok(loaded) = gatehouse_config::check_text("last good policy (database)", &text) {
+                return loaded.policy;
+            }
+        }
+    }
+    gatehouse_config::check_text("built-in defaults", gatehouse_config::default_policy_toml())
+        .map(|l| l.policy)
+        .unwrap_or_else(|_| unreachable_default())
+}
+
+fn unreachable_default() -> Policy {
+    // The shipped default is tested to parse; this only satisfies the types.
+    gatehouse_config::check_text("empty", "")
+        .expect("an empty policy is valid")
+        .policy
+}
+
+fn build_scanner(
+    policy: &Policy,
+    fingerprint_key: &[u8],
+) -> Result<gatehouse_scanner::Scanner, gatehouse_scanner::ScannerError> {
+    let mut custom = Vec::new();
+    for p in &policy.scanner.custom_patterns {
+        custom.push(gatehouse_scanner::CustomPattern {
+            id: p.id.clone(),
+            regex: p.regex.as_str().to_string(),
+            family: p
+                .family
+                .parse()
+                .unwrap_or(gatehouse_scanner::Family::Custom),
+            severity: format!("{:?}", p.severity)
+                .to_lowercase()
+                .parse()
+                .unwrap_or(gatehouse_scanner::Severity::High),
+        });
+    }
+    gatehouse_scanner::Scanner::new(gatehouse_scanner::ScannerConfig {
+        custom_patterns: custom,
+        fingerprint_key: fingerprint_key.to_vec(),
+    })
+}
+
+fn engine_settings(
+    policy: &Policy,
+    server: &gatehouse_config::ServerSettings,
+    server_name: &str,
+    opts: &WrapOptions,
+    trust_first: bool,
+) -> Settings {
+    let pinning = &policy.pinning;
+    let lists = &policy.tool_lists;
+    let scanner = &policy.scanner;
+    let requests = &policy.requests;
+    let command = opts.argv.join(" ");
+    Settings {
+        audit_only: policy.is_audit_only(),
+        trust_first_sight: trust_first,
+        on_change: match pinning.on_change {
+            gatehouse_config::OnChange::Block => OnChange::Block,
+            gatehouse_config::OnChange::Alert => OnChange::Alert,
+            gatehouse_config::OnChange::Allow => OnChange::Allow,
+        },
+        lock_tool_list: lists.lock_tool_list,
+        max_tools: lists.max_tools_per_server as usize,
+        scan_definitions: scanner.definitions,
+        scan_results: scanner.outputs,
+        result_action: match scanner.result_action {
+            gatehouse_config::ResultAction::Block => ResultAction::Block,
+            _ => ResultAction::Alert,
+        },
+        restricted: server.trust == Trust::Restricted || !server.may_elicit && !server.may_sample,
+        decline_sensitive_elicitation: requests.elicitation_sensitive_fields
+            == gatehouse_config::SensitiveFields::Decline,
+        list_changed_interval_ms: lists.refresh_coalesce.as_millis() as u64,
+        server_label: format!("{server_name} ({})", shorten(&command, 80)),
+        policy: Box::new(BoundPolicy {
+            policy: policy.clone(),
+            server_name: server_name.to_string(),
+            server_id: opts.server_id.clone(),
+        }),
+    }
+}
+
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let cut: String = text.chars().take(max).collect();
+    format!("{cut}…")
+}
+
+/// Secrets for this server: `{{vault:NAME}}` in args, `vault:` references in
+/// the policy's per-server env. Failures are reported by name, never value.
+fn inject_secrets(
+    opts: &WrapOptions,
+    server: &gatehouse_config::ServerSettings,
+    registered: bool,
+    env: &mut Vec<(String, String)>,
+    args: &mut Vec<String>,
+    recorder: &Recorder,
+) {
+    let wants_vault = args.iter().any(|a| a.contains("{{vault:"))
+        || server
+            .env
+            .values()
+            .any(|v| matches!(v, gatehouse_config::EnvValue::Vault(_)));
+    for (name, value) in &server.env {
+        if let gatehouse_config::EnvValue::Literal(v) = value {
+            env.push((name.clone(), v.clone()));
+        }
+    }
+    let Some(vault) = opts.vault.as_deref() else {
+        return;
+    };
+    // Servers that protect never registered have no stored secrets: the
+    // keyring is not touched for them (it costs a D-Bus round trip).
+    if !wants_vault && !registered {
+        return;
+    }
+    let report = |reason: String| {
+        recorder.event(
+            EngineEvent::new(
+                "vault_unavailable",
+                gatehouse_engine::Severity::High,
+                gatehouse_engine::Action::Alert,
+                "vault.unavailable",
+            )
+            .reason(reason),
+        );
+    };
+    // Every secret stored for the server goes into its environment by name.
+    match vault.list(&opts.server_id) {
+        Ok(names) => {
+            for name in names {
+                if env.iter().any(|(k, _)| *k == name) {
+                    continue;
+                }
+                match vault.get(&opts.server_id, &name) {
+                    Ok(Some(secret)) => env.push((name, secret.expose().clone())),
+                    Ok(None) => {}
+                    Err(err) => report(format!("secret {name} unavailable: {err}")),
+                }
+            }
+        }
+        Err(err) => report(format!(
+            "keyring unavailable; starting without secrets: {err}"
+        )),
+    }
+    for (name, value) in &server.env {
+        if let gatehouse_config::EnvValue::Vault(secret_name) = value {
+            match vault.get(&opts.server_id, secret_name) {
+                Ok(Some(secret)) => {
+                    env.retain(|(k, _)| k != name);
+                    env.push((name.clone(), secret.expose().clone()));
+                }
+                Ok(None) => report(format!("no vault secret {secret_name} for {name}")),
+                Err(err) => report(format!("secret {secret_name} unavailable: {err}")),
+            }
+        }
+    }
+    if args.iter().any(|a| a.contains("{{vault:")) {
+        match gatehouse_vault::expand_placeholders(args, vault, &opts.server_id) {
+            Ok(expanded) => *args = expanded.expose().clone(),
+            Err(err) => report(format!("argument placeholders not expanded: {err}")),
+        }
+    }
+}
+
+/// Backups exist only after `gatehouse protect` rewrote a config.
+fn protected_configs_exist(home_dir: &Path) -> bool {
+    std::fs::read_dir(home_dir.join("backups"))
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false)
+}
+
+/// Launch pinning: change detection only (DESIGN §6).
+async fn check_launch(
+    store: &Store,
+    server_id: &str,
+    exe: &Path,
+    argv: &[String],
+    recorder: &Recorder,
+) {
+    let facts = launch_facts(argv);
+    let exe_hash = tokio::task::spawn_blocking({
+        let exe = exe.to_path_buf();
+        move || hash_file(&exe)
+    })
+    .await
+    .ok()
+    .flatten();
+    let script_hash = facts.script.as_ref().and_then(|s| hash_file(Path::new(s)));
+    if facts.unversioned {
+        recorder.event(
+            EngineEvent::new(
+                "mcp_server_unpinned_package",
+                gatehouse_engine::Severity::Low,
+                gatehouse_engine::Action::Alert,
+                "launch.unversioned",
+            )
+            .reason(format!(
+                "package {:?} names no version: whatever is latest will run",
+                facts.package.clone().unwrap_or_default()
+            )),
+        );
+    }
+    let launch = LaunchPin {
+        exe_path: exe.to_str().map(str::to_string),
+        exe_hash,
+        script_hash,
+        package_spec: facts.package,
+    };
+    match store
+        .record_launch(server_id, &launch, now_ms() as i64)
+        .await
+    {
+        Ok(Some(previous)) if previous != launch => recorder.event(
+            EngineEvent::new(
+                "mcp_server_binary_mismatch",
+                gatehouse_engine::Severity::High,
+                gatehouse_engine::Action::Alert,
+                "launch.changed",
+            )
+            .reason("the server's executable, script or package changed since the last launch")
+            .evidence(serde_json::json!({
+                "exe_path": [previous.exe_path, launch.exe_path],
+                "exe_hash": [previous.exe_hash, launch.exe_hash],
+                "script_hash": [previous.script_hash, launch.script_hash],
+                "package": [previous.package_spec, launch.package_spec],
+            })),
+        ),
+        Ok(_) => {}
+        Err(err) => debug!(%err, "launch pin not recorded"),
+    }
+}
+
+fn hash_file(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = file.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Some(format!("sha256:{}", hex::encode(hasher.finalize())))
+}
+
+/// SIGTERM, SIGINT and SIGHUP end wrap (and its server) cleanly.
+struct Signals {
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    #[cfg(unix)]
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    #[cfg(not(unix))]
+    fn new() -> std::io::Result<Signals> {
+        Ok(Signals {})
+    }
+
+    /// The number of the first signal received.
+    #[cfg(unix)]
+    async fn recv(&mut self) -> i32 {
+        tokio::select! {
+            _ = self.term.recv() => libc::SIGTERM,
+            _ = self.int.recv() => libc::SIGINT,
+            _ = self.hup.recv() => libc::SIGHUP,
+        }
+    }
+
+    #[cfg(not(unix))]
+    async fn recv(&mut self) -> i32 {
+        let _ = tokio::signal::ctrl_c().await;
+        2
+    }
+}
