@@ -66,19 +66,97 @@ pub struct DetectedClient {
     pub reload: &'static str,
 }
 
-/// Project roots the clients themselves record (Claude Code's `projects`).
+fn read_json(path: &Path) -> Option<crate::jsonc::Node> {
+    let text = std::fs::read_to_string(path).ok()?;
+    crate::jsonc::parse(&text).ok()
+}
+
+/// Project roots the clients themselves record: Claude Code's `projects`
+/// keys, and the folders VS Code and Cursor have open or recently opened
+/// (`User/globalStorage/storage.json`). Only directories that exist.
 pub fn recorded_projects(dirs: &HomeDirs) -> Vec<PathBuf> {
-    let path = dirs.home.join(".claude.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        return vec![];
+    let mut out: Vec<PathBuf> = Vec::new();
+    if let Some(root) = read_json(&dirs.home.join(".claude.json")) {
+        out.extend(
+            root.get("projects")
+                .map(|p| {
+                    p.members()
+                        .iter()
+                        .map(|m| PathBuf::from(&m.key))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default(),
+        );
+    }
+    for editor in ["Code", "Code - Insiders", "Cursor", "Windsurf"] {
+        let Some(root) = read_json(
+            &dirs
+                .config
+                .join(editor)
+                .join("User")
+                .join("globalStorage")
+                .join("storage.json"),
+        ) else {
+            continue;
+        };
+        let folders = root
+            .get("backupWorkspaces")
+            .and_then(|b| b.get("folders"))
+            .map(|f| f.items().to_vec())
+            .unwrap_or_default();
+        let uris = folders.iter().filter_map(|f| {
+            f.get("folderUri")
+                .and_then(crate::jsonc::Node::as_str)
+                .map(str::to_owned)
+        });
+        let assoc = root
+            .get("profileAssociations")
+            .and_then(|p| p.get("workspaces"))
+            .map(|w| {
+                w.members()
+                    .iter()
+                    .map(|m| m.key.clone())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        out.extend(uris.chain(assoc).filter_map(|u| file_uri_path(&u)));
+    }
+    let mut unique: Vec<PathBuf> = Vec::new();
+    for p in out {
+        if p.is_dir() && !unique.contains(&p) {
+            unique.push(p);
+        }
+    }
+    unique
+}
+
+/// `file:///home/me/x%20y` → `/home/me/x y`; `file:///c%3A/x` → `c:/x`.
+pub fn file_uri_path(uri: &str) -> Option<PathBuf> {
+    let rest = uri.strip_prefix("file://")?;
+    let raw = rest.as_bytes();
+    let mut bytes = Vec::new();
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] == b'%' && i + 2 < raw.len() {
+            if let Some(b) = rest
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                bytes.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        bytes.push(raw[i]);
+        i += 1;
+    }
+    let path = String::from_utf8(bytes).ok()?;
+    let path = if path.len() > 3 && path.as_bytes()[2] == b':' {
+        path[1..].to_owned()
+    } else {
+        path
     };
-    let Ok(ConfigDoc::Json { root, .. }) = ConfigDoc::parse(crate::table::Format::Json, &text)
-    else {
-        return vec![];
-    };
-    root.get("projects")
-        .map(|p| p.members().iter().map(|m| PathBuf::from(&m.key)).collect())
-        .unwrap_or_default()
+    Some(PathBuf::from(path))
 }
 
 /// Config files of `client` that exist: user files, then project files for
@@ -243,4 +321,40 @@ pub fn all_projects(dirs: &HomeDirs, extra: &[PathBuf]) -> Vec<PathBuf> {
 
 fn same(a: &Path, b: &Path) -> bool {
     crate::fsutil::resolve_target(a) == crate::fsutil::resolve_target(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::home::Os;
+
+    #[test]
+    fn file_uris() {
+        for (uri, expect) in [
+            ("file:///home/me/src/api", Some("/home/me/src/api")),
+            ("file:///home/me/my%20proj", Some("/home/me/my proj")),
+            ("file:///c%3A/Users/me/proj", Some("c:/Users/me/proj")),
+            ("vscode-remote://ssh-remote%2Bbox/home/me", None),
+        ] {
+            assert_eq!(file_uri_path(uri), expect.map(PathBuf::from), "{uri}");
+        }
+    }
+
+    #[test]
+    fn editor_recent_folders_are_project_roots() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dirs = HomeDirs::fixture(tmp.path(), Os::Linux);
+        let proj = tmp.path().join("work").join("my proj");
+        std::fs::create_dir_all(&proj).unwrap();
+        let storage = dirs.config.join("Code/User/globalStorage/storage.json");
+        std::fs::create_dir_all(storage.parent().unwrap()).unwrap();
+        let uri = format!("file://{}", proj.to_string_lossy().replace(' ', "%20"));
+        let gone = "file:///nonexistent/folder";
+        std::fs::write(&storage, format!(r#"{{"backupWorkspaces":{{"folders":[{{"folderUri":"{uri}"}},{{"folderUri":"{gone}"}}]}},"profileAssociations":{{"workspaces":{{"{uri}":"__default__profile__"}}}}}}"#)).unwrap();
+        assert_eq!(
+            recorded_projects(&dirs),
+            vec![proj],
+            "existing folders, once each"
+        );
+    }
 }

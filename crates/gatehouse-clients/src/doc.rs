@@ -261,6 +261,7 @@ fn json_entry(container: &[String], name: &str, node: &Node) -> EntryView {
         env_file: node.get("envFile").is_some(),
         remote_dev: matches!(node.get("remote"), Some(Node::Bool { value: true, .. })),
         wrapped,
+        pass_through: vec![],
     }
 }
 
@@ -457,6 +458,15 @@ fn toml_entry(container: &[String], name: &str, t: &dyn TableLike) -> EntryView 
         env_file: false,
         remote_dev: false,
         wrapped,
+        pass_through: t
+            .get("env_vars")
+            .and_then(Item::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 

@@ -38,6 +38,9 @@ pub struct EntryView {
     pub remote_dev: bool,
     /// Set when the entry already runs behind `gatehouse wrap`.
     pub wrapped: Option<WrapInfo>,
+    /// Names the client passes from its own environment (Codex `env_vars`);
+    /// wrap must pass them on too.
+    pub pass_through: Vec<String>,
 }
 
 impl EntryView {
@@ -204,6 +207,11 @@ pub fn plan_entry(view: &EntryView, id: &str, gatehouse_home: &Path) -> Option<E
             _ => pass_env.push(name.clone()),
         }
     }
+    for name in &view.pass_through {
+        if !pass_env.contains(name) && !crate::doc::CODEX_ENV_VARS.contains(&name.as_str()) {
+            pass_env.push(name.clone());
+        }
+    }
     let mut arg_rewrites: Vec<(usize, String)> = Vec::new();
     let mut arg_secrets = Vec::new();
     let mut new_args = args.clone();
@@ -330,6 +338,7 @@ mod tests {
             env_file: false,
             remote_dev: false,
             wrapped: None,
+            pass_through: vec![],
         };
         let plan = plan_entry(&view, "srv_1", Path::new("/gh")).unwrap();
         assert_eq!(

@@ -58,6 +58,37 @@ pub fn atomic_write(path: &Path, expected: &str, new: &str) -> Result<(), Client
     Ok(())
 }
 
+/// A lock directory held while writing (removed on drop).
+#[derive(Debug)]
+pub struct DirLock(PathBuf);
+
+impl DirLock {
+    /// Takes `<target><suffix>` as a lock directory, like the client does.
+    pub fn acquire(path: &Path, suffix: &str) -> Result<DirLock, ClientError> {
+        let target = resolve_target(path);
+        let mut name = target.clone().into_os_string();
+        name.push(suffix);
+        let lock = PathBuf::from(name);
+        match std::fs::create_dir(&lock) {
+            Ok(()) => Ok(DirLock(lock)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(ClientError::Refused(format!(
+                    "{} is locked by its client ({} exists); try again in a moment",
+                    target.display(),
+                    lock.display()
+                )))
+            }
+            Err(source) => Err(ClientError::Io { path: lock, source }),
+        }
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
 /// Writes a private (0600) file, creating private parent directories.
 pub fn write_private(path: &Path, content: &str) -> Result<(), ClientError> {
     if let Some(dir) = path.parent() {

@@ -12,7 +12,7 @@ use gatehouse_vault::{Secret, Vault};
 use crate::discover::ConfigFile;
 use crate::doc::{requote, ConfigDoc, UnwrapPlan};
 use crate::entry::{is_gatehouse_exe, plan_entry, EntryKind, EntryPlan, EntryView};
-use crate::fsutil::{atomic_write, sha256};
+use crate::fsutil::{atomic_write, sha256, DirLock};
 use crate::state::{file_key, Backup, BackupSplice, FileState, ProtectedServer, StateDir};
 use crate::ClientError;
 
@@ -368,6 +368,11 @@ impl Protector<'_> {
         let key = file_key(&file.path);
         let backup = self.make_backup(file, &original, &new_text, &rewrite.splices);
         let rel = self.state().write_backup(&backup, &self.stamp)?;
+        let _lock = file
+            .client
+            .lock_suffix
+            .map(|s| DirLock::acquire(&file.path, s))
+            .transpose()?;
         atomic_write(&file.path, &original, &new_text)?;
         let previous = state.files.get(&key).cloned();
         let byte_restorable = !had_wrapped && previous.is_none();
@@ -526,7 +531,13 @@ impl Protector<'_> {
                 file.path.display()
             )));
         }
+        let lock = file
+            .client
+            .lock_suffix
+            .map(|s| DirLock::acquire(&file.path, s))
+            .transpose()?;
         atomic_write(&file.path, &current, &new_text)?;
+        drop(lock);
         for id in &ids {
             for name in self.vault.list(id).unwrap_or_default() {
                 let _ = self.vault.delete(id, &name);

@@ -101,7 +101,7 @@ impl Backup {
     ) -> Result<String, ClientError> {
         let mut out = self.redacted.clone();
         let mut splices: Vec<&BackupSplice> = self.splices.iter().collect();
-        splices.sort_by(|a, b| b.offset.cmp(&a.offset));
+        splices.sort_by_key(|s| std::cmp::Reverse(s.offset));
         for s in splices {
             if s.offset > out.len() || !out.is_char_boundary(s.offset) {
                 return Err(ClientError::State(

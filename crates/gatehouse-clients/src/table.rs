@@ -43,6 +43,9 @@ pub struct ClientSpec {
     pub sandboxed_as: &'static [&'static str],
     /// Extra note for `gatehouse clients` (how it reloads).
     pub reload: &'static str,
+    /// The client takes a lock directory `<file><suffix>` while writing
+    /// (Cline: `.lock`); Gatehouse takes the same lock.
+    pub lock_suffix: Option<&'static str>,
 }
 
 fn join(base: &Path, parts: &[&str]) -> PathBuf {
@@ -144,6 +147,7 @@ pub static CLIENTS: &[ClientSpec] = &[
         process_names: &["cursor", "Cursor"],
         sandboxed_as: &[],
         reload: "toggle the server in Settings › MCP or reload the window",
+        lock_suffix: None,
     },
     ClientSpec {
         key: "claude-desktop",
@@ -157,6 +161,7 @@ pub static CLIENTS: &[ClientSpec] = &[
         process_names: &["Claude", "claude-desktop"],
         sandboxed_as: &[],
         reload: "quit Claude Desktop completely (tray/menu bar) and start it again",
+        lock_suffix: None,
     },
     ClientSpec {
         key: "claude-code",
@@ -170,6 +175,7 @@ pub static CLIENTS: &[ClientSpec] = &[
         process_names: &["claude"],
         sandboxed_as: &[],
         reload: "start a new Claude Code session",
+        lock_suffix: None,
     },
     ClientSpec {
         key: "vscode",
@@ -183,6 +189,7 @@ pub static CLIENTS: &[ClientSpec] = &[
         process_names: &["code", "code-insiders", "codium"],
         sandboxed_as: &["com.visualstudio.code", "com.vscodium.codium", "code"],
         reload: "restart the server from the MCP list (VS Code asks to trust the changed config)",
+        lock_suffix: None,
     },
     ClientSpec {
         key: "windsurf",
@@ -196,6 +203,7 @@ pub static CLIENTS: &[ClientSpec] = &[
         process_names: &["windsurf"],
         sandboxed_as: &[],
         reload: "press refresh in the Cascade MCP panel",
+        lock_suffix: None,
     },
     ClientSpec {
         key: "gemini",
@@ -209,6 +217,7 @@ pub static CLIENTS: &[ClientSpec] = &[
         process_names: &["gemini"],
         sandboxed_as: &[],
         reload: "restart gemini",
+        lock_suffix: None,
     },
     ClientSpec {
         key: "codex",
@@ -222,6 +231,7 @@ pub static CLIENTS: &[ClientSpec] = &[
         process_names: &["codex"],
         sandboxed_as: &[],
         reload: "start a new codex session",
+        lock_suffix: None,
     },
     ClientSpec {
         key: "zed",
@@ -235,6 +245,7 @@ pub static CLIENTS: &[ClientSpec] = &[
         process_names: &["zed", "zed-editor"],
         sandboxed_as: &["dev.zed.Zed", "zed"],
         reload: "Zed restarts context servers when settings change",
+        lock_suffix: None,
     },
     ClientSpec {
         key: "cline",
@@ -248,6 +259,7 @@ pub static CLIENTS: &[ClientSpec] = &[
         process_names: &[],
         sandboxed_as: &[],
         reload: "Cline reconnects changed servers by itself",
+        lock_suffix: Some(".lock"),
     },
 ];
 
