@@ -644,7 +644,7 @@ static MAC_KEY: std::sync::OnceLock<MacKey> = std::sync::OnceLock::new();
 /// The per-install MAC key: a 0600 file in GATEHOUSE_HOME. Where the OS
 /// keyring has per-app ACLs it would be a real barrier; a file is a speed
 /// bump against same-user code (DESIGN §6, documented in ARCHITECTURE.md).
-fn load_mac_key(home_dir: &Path) -> std::io::Result<(MacKey, [u8; 32])> {
+pub fn load_mac_key(home_dir: &Path) -> std::io::Result<(MacKey, [u8; 32])> {
     let path = home_dir.join(MAC_KEY_FILE);
     let bytes = match std::fs::read(&path) {
         Ok(bytes) if bytes.len() == 32 => bytes,

@@ -7,6 +7,7 @@ pub mod inventory;
 pub mod pins;
 pub mod policy;
 pub mod scan;
+pub mod store_access;
 pub mod up;
 pub mod vault;
 pub mod wrap;

@@ -1,11 +1,189 @@
+//! `gatehouse pins list | trust | diff | reset`.
+#![allow(clippy::print_stdout)]
+
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use anyhow::Context;
+
+use super::store_access::{home_dir, mac_key, open, runtime};
 
 #[derive(clap::Subcommand)]
 pub enum PinsCommand {
-    /// Not implemented yet.
-    Todo,
+    /// Every pin with its state (same as `gatehouse tools`).
+    List {
+        #[arg(long)]
+        server: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[arg(long)]
+        home: Option<PathBuf>,
+    },
+    /// Approve a tool definition: exactly --hash, or the one waiting.
+    Trust {
+        #[arg(long)]
+        server: String,
+        #[arg(long)]
+        tool: String,
+        #[arg(long)]
+        hash: Option<String>,
+        #[arg(long)]
+        home: Option<PathBuf>,
+    },
+    /// Show the approved and the waiting definition side by side (unified diff).
+    Diff {
+        #[arg(long)]
+        server: String,
+        #[arg(long)]
+        tool: String,
+        #[arg(long)]
+        home: Option<PathBuf>,
+    },
+    /// Forget a pin: the next sight pins again.
+    Reset {
+        #[arg(long)]
+        server: String,
+        #[arg(long)]
+        tool: String,
+        #[arg(long)]
+        home: Option<PathBuf>,
+    },
 }
 
-pub fn run(_cmd: PinsCommand) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+pub fn run(cmd: PinsCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        PinsCommand::List { server, json, home } => {
+            super::inventory::run_tools(super::inventory::ToolsArgs { server, json, home })
+        }
+        PinsCommand::Trust {
+            server,
+            tool,
+            hash,
+            home,
+        } => trust(&server, &tool, hash, home),
+        PinsCommand::Diff { server, tool, home } => diff(&server, &tool, home),
+        PinsCommand::Reset { server, tool, home } => {
+            let home = home_dir(home.as_deref());
+            let removed = runtime()?.block_on(async {
+                anyhow::Ok(open(&home).await?.reset_pin(&server, &tool).await?)
+            })?;
+            if removed {
+                println!("Reset {tool} on {server}: its next definition is pinned at first sight of a trusting session or held.");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                anyhow::bail!("no pin for tool {tool:?} on server {server:?}")
+            }
+        }
+    }
+}
+
+fn trust(
+    server: &str,
+    tool: &str,
+    hash: Option<String>,
+    home: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let home = home_dir(home.as_deref());
+    let key = mac_key(&home)?;
+    runtime()?.block_on(async {
+        let store = open(&home).await?;
+        let pin = store
+            .get_pin(&key, server, tool)
+            .await?
+            .with_context(|| format!("no pin for tool {tool:?} on server {server:?}"))?;
+        let hash = match hash.or(pin.pending_hash.clone()) {
+            Some(h) => h,
+            None => anyhow::bail!("nothing waits for approval for {tool:?}; pass --hash to approve a specific version"),
+        };
+        store
+            .approve_tool(&key, server, tool, &hash, gatehouse_store::now_ms())
+            .await
+            .with_context(|| format!("approving {hash} for {tool:?} (only a hash Gatehouse has seen can be approved)"))?;
+        println!("Approved {tool} on {server} at {hash}. Running sessions are told to re-list.");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn diff(server: &str, tool: &str, home: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let home = home_dir(home.as_deref());
+    let key = mac_key(&home)?;
+    runtime()?.block_on(async {
+        let store = open(&home).await?;
+        let pin = store
+            .get_pin(&key, server, tool)
+            .await?
+            .with_context(|| format!("no pin for tool {tool:?} on server {server:?}"))?;
+        let old = match pin.approved_hash.as_deref() {
+            Some(h) => store.tool_definition(server, tool, h).await?,
+            None => None,
+        };
+        let new = match pin.pending_hash.as_deref() {
+            Some(h) => store.tool_definition(server, tool, h).await?,
+            None => None,
+        };
+        let pretty = |d: &Option<gatehouse_store::ToolDefinition>| {
+            d.as_ref()
+                .and_then(|d| serde_json::from_str::<serde_json::Value>(&d.definition_json).ok())
+                .map(|v| serde_json::to_string_pretty(&v).unwrap_or_default())
+                .unwrap_or_default()
+        };
+        let (a, b) = (pretty(&old), pretty(&new));
+        println!(
+            "--- approved {}",
+            pin.approved_hash.as_deref().unwrap_or("(none)")
+        );
+        println!(
+            "+++ waiting  {}",
+            pin.pending_hash.as_deref().unwrap_or("(none)")
+        );
+        for line in line_diff(&a, &b) {
+            println!("{}", super::events::printable(&line));
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// A minimal line diff (longest common subsequence), enough for tool JSON.
+fn line_diff(a: &str, b: &str) -> Vec<String> {
+    let a: Vec<&str> = a.lines().collect();
+    let b: Vec<&str> = b.lines().collect();
+    let mut lcs = vec![vec![0u32; b.len() + 1]; a.len() + 1];
+    for i in (0..a.len()).rev() {
+        for j in (0..b.len()).rev() {
+            lcs[i][j] = if a[i] == b[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() || j < b.len() {
+        if i < a.len() && j < b.len() && a[i] == b[j] {
+            out.push(format!(" {}", a[i]));
+            i += 1;
+            j += 1;
+        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
+            out.push(format!("+{}", b[j]));
+            j += 1;
+        } else {
+            out.push(format!("-{}", a[i]));
+            i += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::line_diff;
+
+    #[test]
+    fn diff_marks_changes() {
+        assert_eq!(
+            line_diff("a\nb\nc", "a\nx\nc"),
+            vec![" a", "+x", "-b", " c"]
+        );
+        assert_eq!(line_diff("", "n"), vec!["+n"]);
+    }
 }
