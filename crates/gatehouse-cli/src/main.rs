@@ -9,7 +9,11 @@ use clap::{Parser, Subcommand};
 mod commands;
 
 #[derive(Parser)]
-#[command(name = "gatehouse", version, about = "Guards AI clients against malicious MCP servers")]
+#[command(
+    name = "gatehouse",
+    version,
+    about = "Guards AI clients against malicious MCP servers"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
