@@ -1,0 +1,143 @@
+//! The watcher with real filesystem events: a server added to a watched
+//! file is protected within 2 s, and a client that keeps rewriting its file
+//! back does not start a rewrite war.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gatehouse_clients::discover::config_files;
+use gatehouse_clients::protect::{FixedProbe, NoRegistry, Options, Protector};
+use gatehouse_clients::state::StateDir;
+use gatehouse_clients::watch::{review_change, ConfigWatcher, Finding, WatchPolicy};
+use gatehouse_clients::{client, HomeDirs, Os};
+use gatehouse_vault::MemoryVault;
+
+fn replace_by_rename(path: &Path, text: &str) {
+    let tmp = path.with_extension("swp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[test]
+fn added_server_is_protected_within_two_seconds_without_a_rewrite_war() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let dirs = HomeDirs::fixture(&root, Os::Linux);
+    let path = dirs.home.join(".cursor/mcp.json");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(
+        &path,
+        "{\n  \"mcpServers\": {\n    \"a\": { \"command\": \"server-a\" }\n  }\n}\n",
+    )
+    .unwrap();
+    let vault: &'static MemoryVault = Box::leak(Box::new(MemoryVault::new()));
+    let n = Arc::new(AtomicUsize::new(0));
+    let make = {
+        let root = root.clone();
+        move || {
+            let n = Arc::clone(&n);
+            Protector {
+                gatehouse_home: root.join("gh"),
+                exe: PathBuf::from("/opt/gatehouse/bin/gatehouse"),
+                vault,
+                registry: &NoRegistry,
+                processes: Box::leak(Box::new(FixedProbe::default())),
+                ids: Mutex::new(Box::new(move || {
+                    format!("srv_w{}", n.fetch_add(1, Ordering::SeqCst))
+                })),
+                stamp: "t".into(),
+            }
+        }
+    };
+    let file = config_files(client("cursor").unwrap(), &dirs, &[]).remove(0);
+    make().protect_file(&file, &Options::default()).unwrap();
+
+    let (tx, rx) = mpsc::channel::<Vec<Finding>>();
+    let watcher = {
+        let file = file.clone();
+        let home = root.join("gh");
+        let make = make.clone();
+        ConfigWatcher::start(
+            &[path.clone()],
+            WatchPolicy {
+                debounce: Duration::from_millis(150),
+                ..WatchPolicy::default()
+            },
+            move |_, handle| {
+                let ids: Vec<String> = StateDir { home: home.clone() }
+                    .load()
+                    .unwrap()
+                    .servers
+                    .into_iter()
+                    .map(|s| s.id)
+                    .collect();
+                let findings = review_change(&make(), &file, &ids, true, handle).unwrap();
+                let _ = tx.send(findings);
+            },
+        )
+        .unwrap()
+    };
+    std::thread::sleep(Duration::from_millis(200));
+
+    // A person (or client) adds a server, saving by rename like editors do.
+    let protected = std::fs::read_to_string(&path).unwrap();
+    let start = Instant::now();
+    replace_by_rename(
+        &path,
+        &protected.replace(
+            "\"mcpServers\": {",
+            "\"mcpServers\": {\n    \"b\": { \"command\": \"server-b\" },",
+        ),
+    );
+    let findings = rx
+        .recv_timeout(Duration::from_secs(2))
+        .expect("the change is reviewed within 2 s");
+    assert!(
+        findings.contains(&Finding::UnprotectedServerAdded { entry: "b".into() }),
+        "{findings:?}"
+    );
+    assert!(
+        findings
+            .iter()
+            .any(|f| matches!(f, Finding::Reprotected { .. })),
+        "auto-protect wraps it: {findings:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(2));
+    let now = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        now.matches("\"wrap\"").count(),
+        2,
+        "both servers wrapped: {now}"
+    );
+    // Our own write must not come back as a change.
+    assert!(
+        rx.recv_timeout(Duration::from_millis(600)).is_err(),
+        "Gatehouse's own write is ignored"
+    );
+
+    // A client that keeps writing its unwrapped version back: budget, then events only.
+    let client_version = "{\n  \"mcpServers\": {\n    \"a\": { \"command\": \"server-a\" },\n    \"c\": { \"command\": \"server-c\" }\n  }\n}\n";
+    let mut reprotects = 0;
+    let mut limited = false;
+    for _ in 0..5 {
+        replace_by_rename(&path, client_version);
+        let f = rx
+            .recv_timeout(Duration::from_secs(2))
+            .expect("each rewrite is reviewed");
+        reprotects += f
+            .iter()
+            .filter(|x| matches!(x, Finding::Reprotected { .. }))
+            .count();
+        limited |= f.contains(&Finding::RateLimited);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        reprotects <= 2,
+        "at most the remaining hourly budget is spent, got {reprotects}"
+    );
+    assert!(limited, "after the budget the watcher only reports");
+    drop(watcher);
+}
