@@ -61,7 +61,7 @@ fn added_server_is_protected_within_two_seconds_without_a_rewrite_war() {
         let home = root.join("gh");
         let make = make.clone();
         ConfigWatcher::start(
-            &[path.clone()],
+            std::slice::from_ref(&path),
             WatchPolicy {
                 debounce: Duration::from_millis(150),
                 ..WatchPolicy::default()
