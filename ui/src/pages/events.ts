@@ -38,7 +38,8 @@ export async function eventsPage(main: HTMLElement, query: string): Promise<() =
   );
 
   const row = (e: EventRow, live = false) => {
-    const open = h("button", { type: "button", class: "link", text: localTime(e.time_ms), attrs: { "aria-label": "Show details of event " + e.id } });
+    const when = localTime(e.time_ms);
+    const open = h("button", { type: "button", class: "link", text: when, attrs: { "aria-label": `${when}: details of event ${e.id}` } });
     open.addEventListener("click", () => showDetail(e));
     const tr = h(
       "tr",

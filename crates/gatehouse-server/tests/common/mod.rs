@@ -20,6 +20,11 @@ pub const HOST: &str = "127.0.0.1:4321";
 pub const ORIGIN: &str = "http://127.0.0.1:4321";
 pub const T0: i64 = 1_700_000_000_000;
 
+/// Real wall-clock time (for fixtures served to a real browser).
+pub fn now() -> i64 {
+    gatehouse_store::now_ms()
+}
+
 pub fn mac_key() -> MacKey {
     MacKey::new([7u8; 32])
 }
@@ -265,7 +270,7 @@ pub async fn seed(store: &Store) {
                 payload_json: json!({ "message": msg, "mode": "form", "requestedSchema": schema })
                     .to_string(),
                 created_ms: T0 - 1_000,
-                expires_ms: Some(T0 + 60_000),
+                expires_ms: None,
                 requester_key: Some(pk.to_vec()),
             })
             .await
