@@ -1,1 +1,374 @@
-//! Helpers shared by the end-to-end tests (see `tests/*.rs`).
+//! gatehouse-e2e: end-to-end tests that run the real `gatehouse` binary
+//! against real third-party MCP peers (npm `server-everything`, PyPI `mcp<2`
+//! servers and client) installed by `scripts/install-peers.sh`.
+//!
+//! Key types: [`Peers`] (where the peers live; a missing install FAILS the
+//! test with the command to run), [`gatehouse_bin`] (builds the debug binary
+//! once per test process), [`Sandbox`] (a private `GATEHOUSE_HOME` and `HOME`
+//! per test), [`Driver`] (the Python `mcp` client driven one JSON command per
+//! line, see `tests/clients/driver.py`).
+//!
+//! **Invariant:** nothing here skips silently: every missing prerequisite is
+//! a panic that says how to provide it; no test shares state with another
+//! (each gets its own temp homes).
+//!
+//! Binary location: `GATEHOUSE_BIN` when set; otherwise the test runs
+//! `$CARGO build -p gatehouse-cli` once (cheap when up to date, so the
+//! binary always matches the checkout) and uses
+//! `$CARGO_TARGET_DIR/debug/gatehouse` (default `<workspace>/target`).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// How long one driver command may take before the test fails.
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The workspace root (parent of this package).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
+}
+
+/// `tests/` (this package's folder).
+pub fn tests_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Where the real peers are installed.
+pub struct Peers {
+    pub dir: PathBuf,
+}
+
+impl Peers {
+    /// Finds the peers (`GATEHOUSE_PEERS` or `~/.cache/gatehouse-peers`);
+    /// panics with the install command when they are missing.
+    pub fn locate() -> Peers {
+        let dir = std::env::var_os("GATEHOUSE_PEERS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                let home = std::env::var_os("HOME").expect("HOME is set");
+                PathBuf::from(home).join(".cache/gatehouse-peers")
+            });
+        let peers = Peers { dir };
+        for needed in [peers.python(), peers.everything()] {
+            assert!(
+                needed.exists(),
+                "end-to-end peer missing: {} — run scripts/install-peers.sh \
+                 (set GATEHOUSE_PEERS if you installed them elsewhere)",
+                needed.display()
+            );
+        }
+        peers
+    }
+
+    /// The venv's Python, which has `mcp` 1.30 (`mcp<2`).
+    pub fn python(&self) -> PathBuf {
+        self.dir.join("venv/bin/python")
+    }
+
+    /// server-everything's entry point (run with `node`).
+    pub fn everything(&self) -> PathBuf {
+        self.dir
+            .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+    }
+
+    /// The command line of a fixture server under `tests/servers/`.
+    pub fn py_server(&self, script: &str, args: &[&str]) -> Vec<String> {
+        let mut argv = vec![
+            self.python().display().to_string(),
+            tests_dir()
+                .join("servers")
+                .join(script)
+                .display()
+                .to_string(),
+        ];
+        argv.extend(args.iter().map(|a| a.to_string()));
+        argv
+    }
+}
+
+/// The `gatehouse` binary, built once per test process.
+pub fn gatehouse_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("GATEHOUSE_BIN") {
+            return PathBuf::from(bin);
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "gatehouse-cli"])
+            .current_dir(workspace_root())
+            .status()
+            .expect("run cargo build -p gatehouse-cli");
+        assert!(status.success(), "cargo build -p gatehouse-cli failed");
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace_root().join("target"));
+        let bin = target.join("debug/gatehouse");
+        assert!(bin.exists(), "built binary not found at {}", bin.display());
+        bin
+    })
+    .clone()
+}
+
+/// Private homes for one test: `GATEHOUSE_HOME` and a fake user `HOME` (so
+/// no real client config on this machine counts as protected).
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir_all(dir.path().join("user")).expect("fake HOME");
+        Sandbox { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn gatehouse_home(&self) -> PathBuf {
+        self.dir.path().join("gh")
+    }
+
+    /// Environment every process of this test gets on top of the inherited one.
+    pub fn envs(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                "GATEHOUSE_HOME".into(),
+                self.gatehouse_home().display().to_string(),
+            ),
+            (
+                "HOME".into(),
+                self.path().join("user").display().to_string(),
+            ),
+        ]
+    }
+
+    /// `gatehouse wrap --server ID [--pass-env …] -- argv…` as an argv.
+    pub fn wrap_argv(&self, server: &str, pass_env: &[&str], argv: &[String]) -> Vec<String> {
+        let mut out = vec![
+            gatehouse_bin().display().to_string(),
+            "wrap".into(),
+            "--server".into(),
+            server.into(),
+        ];
+        if !pass_env.is_empty() {
+            out.push("--pass-env".into());
+            out.push(pass_env.join(","));
+        }
+        out.push("--".into());
+        out.extend(argv.iter().cloned());
+        out
+    }
+
+    /// Runs a `gatehouse` subcommand to completion.
+    pub fn gatehouse(&self, args: &[&str]) -> Output {
+        Command::new(gatehouse_bin())
+            .args(args)
+            .envs(self.envs())
+            .output()
+            .expect("run gatehouse")
+    }
+
+    /// `gatehouse events --json` parsed, one object per line.
+    pub fn events(&self) -> Vec<Value> {
+        let out = self.gatehouse(&["events", "--json", "--limit", "1000"]);
+        assert!(
+            out.status.success(),
+            "gatehouse events --json failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("events --json prints JSON lines"))
+            .collect()
+    }
+}
+
+/// The Python `mcp` client (`tests/clients/driver.py`) around one server
+/// command, driven one JSON command per line.
+pub struct Driver {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    /// The server's `initialize` result as the SDK parsed it.
+    pub initialize: Value,
+}
+
+impl Driver {
+    /// Starts the client; `tee` records every raw server→client line.
+    pub fn start(
+        peers: &Peers,
+        sandbox: &Sandbox,
+        argv: &[String],
+        tee: Option<&Path>,
+        extra_env: &[(&str, &str)],
+    ) -> Driver {
+        let mut cmd = Command::new(peers.python());
+        cmd.arg(tests_dir().join("clients/driver.py"));
+        if let Some(tee) = tee {
+            cmd.arg("--tee").arg(tee);
+        }
+        cmd.arg("--")
+            .args(argv)
+            .envs(sandbox.envs())
+            .envs(
+                extra_env
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string())),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("spawn the Python mcp client");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        let mut driver = Driver {
+            child,
+            stdin,
+            lines: rx,
+            initialize: Value::Null,
+        };
+        let first = driver.read_answer("initialize");
+        driver.initialize = first["initialize"].clone();
+        driver
+    }
+
+    fn read_answer(&mut self, what: &str) -> Value {
+        let line = self.lines.recv_timeout(STEP_TIMEOUT).unwrap_or_else(|_| {
+            let _ = self.child.kill();
+            panic!("the mcp client gave no answer to {what} within {STEP_TIMEOUT:?}")
+        });
+        let v: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("client printed non-JSON {line:?}: {e}"));
+        assert_eq!(v["ok"], true, "client command {what} failed: {v}");
+        v
+    }
+
+    /// Sends one command and returns its answer (panics when `ok` is false).
+    pub fn send(&mut self, cmd: Value) -> Value {
+        let stdin = self.stdin.as_mut().expect("client stdin open");
+        writeln!(stdin, "{cmd}").expect("write to client");
+        stdin.flush().expect("flush client stdin");
+        self.read_answer(&cmd.to_string())
+    }
+
+    pub fn list_tools(&mut self) -> Vec<Value> {
+        let v = self.send(serde_json::json!({"op": "list_tools"}));
+        v["tools"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub fn call(&mut self, name: &str, args: Value) -> Value {
+        let v = self.send(serde_json::json!({"op": "call", "name": name, "args": args}));
+        v["result"].clone()
+    }
+
+    /// Whether `method` arrived (since the last wait for it) within `secs`.
+    pub fn wait_notification(&mut self, method: &str, secs: f64) -> bool {
+        let v = self.send(serde_json::json!({
+            "op": "wait_notification", "method": method, "timeout": secs
+        }));
+        v["seen"] == true
+    }
+
+    /// Ends the session and waits for the client (and the server it ran).
+    pub fn quit(mut self) {
+        let _ = self.send(serde_json::json!({"op": "quit"}));
+        drop(self.stdin.take());
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the mcp client did not exit after quit"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The JSON lines of a wire log written by `tests/clients/tee.py`.
+pub fn read_frames(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read wire log {}: {e}", path.display()));
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("wire log line is not JSON ({e}): {l:?}"))
+        })
+        .collect()
+}
+
+/// Text of every `content[].text` item of a tool result, joined.
+pub fn result_text(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|c| c["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+pub fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+    }
+}
+
+/// Sends signal `name` (e.g. `"TERM"`) to `pid` with the `kill` command
+/// (`unsafe` is denied workspace-wide, so no `libc::kill`).
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{name} {pid} failed");
+}

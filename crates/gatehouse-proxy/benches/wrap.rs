@@ -1,0 +1,359 @@
+//! Wrap overhead benchmark (not a timed test; `harness = false`).
+//!
+//! `cargo bench -p gatehouse-proxy --bench wrap` — builds the release
+//! `gatehouse` binary and the `echo_peer` example first (through `$CARGO`),
+//! then measures against the targets of issue 2 and prints a Markdown
+//! report (copied into `docs/benchmarks/wrap.md`).
+//!
+//! * latency: after warm-up, N interleaved pairs of `tools/call` round trips,
+//!   one direct to the echo peer, one through `gatehouse wrap` around the same
+//!   peer (order alternating per pair); p50/p99 of the paired differences
+//!   wrap − direct, for 1 KB, 100 KB and 1 MB payloads (request and result).
+//! * idle RSS of wrap after 1,000 calls (`VmRSS`), peak RSS with one 10 MB
+//!   frame each way (`VmHWM`).
+//! * cold start: spawn → `initialize` answer, paired wrap vs direct.
+//!
+//! Environment: `GATEHOUSE_BIN` / `ECHO_PEER` override the binaries;
+//! `BENCH_PAIRS` overrides the 1 KB pair count (default 10,000).
+#![allow(clippy::print_stdout)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/gatehouse-proxy sits two levels below the root")
+        .to_path_buf()
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+fn cargo_build(args: &[&str]) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--quiet"])
+        .args(args)
+        .current_dir(workspace_root())
+        .status()
+        .expect("run cargo build");
+    assert!(status.success(), "cargo build --release {args:?} failed");
+}
+
+fn binaries() -> (PathBuf, PathBuf) {
+    let gatehouse = match std::env::var_os("GATEHOUSE_BIN") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            cargo_build(&["-p", "gatehouse-cli"]);
+            target_dir().join("release/gatehouse")
+        }
+    };
+    let peer = match std::env::var_os("ECHO_PEER") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            cargo_build(&["-p", "gatehouse-proxy", "--example", "echo_peer"]);
+            target_dir().join("release/examples/echo_peer")
+        }
+    };
+    (gatehouse, peer)
+}
+
+/// One MCP server process (direct or wrapped) with line I/O.
+struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+    line: String,
+}
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#;
+
+impl Peer {
+    fn spawn(argv: &[String], home: &Path) -> Peer {
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .env("GATEHOUSE_HOME", home)
+            .env("HOME", home)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn peer");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::with_capacity(1 << 20, child.stdout.take().unwrap());
+        Peer {
+            child,
+            stdin,
+            stdout,
+            next_id: 1,
+            line: String::new(),
+        }
+    }
+
+    fn send_line(&mut self, line: &str) {
+        self.stdin.write_all(line.as_bytes()).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Reads until the answer with `id` (notifications are skipped).
+    fn read_answer(&mut self, id: u64) -> usize {
+        let needle = format!("\"id\":{id}");
+        loop {
+            self.line.clear();
+            let n = self.stdout.read_line(&mut self.line).unwrap();
+            assert!(n > 0, "peer closed its stdout");
+            if self.line.contains(&needle) {
+                return n;
+            }
+        }
+    }
+
+    fn initialize(&mut self) {
+        self.send_line(INIT);
+        self.read_answer(0);
+        self.send_line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        let id = self.take_id();
+        self.send_line(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/list"}}"#
+        ));
+        self.read_answer(id);
+    }
+
+    fn take_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// One `tools/call` round trip; returns its duration.
+    fn call(&mut self, payload: &str) -> Duration {
+        let id = self.take_id();
+        let frame = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"payload":"{payload}"}}}}}}"#
+        );
+        let start = Instant::now();
+        self.send_line(&frame);
+        let n = self.read_answer(id);
+        let took = start.elapsed();
+        assert!(n >= payload.len(), "the echo came back whole");
+        took
+    }
+
+    fn status_kb(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn stop(mut self) {
+        drop(self.stdin);
+        let _ = self.child.wait();
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx]
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+struct Row {
+    size: &'static str,
+    pairs: usize,
+    direct_p50: f64,
+    wrap_p50: f64,
+    diff_p50: f64,
+    diff_p99: f64,
+}
+
+fn latency(
+    size: &'static str,
+    bytes: usize,
+    pairs: usize,
+    direct: &mut Peer,
+    wrap: &mut Peer,
+) -> Row {
+    let payload = "x".repeat(bytes);
+    for _ in 0..(pairs / 10).max(20) {
+        direct.call(&payload);
+        wrap.call(&payload);
+    }
+    let mut diffs = Vec::with_capacity(pairs);
+    let (mut ds, mut ws) = (Vec::with_capacity(pairs), Vec::with_capacity(pairs));
+    for i in 0..pairs {
+        let (d, w) = if i % 2 == 0 {
+            let d = direct.call(&payload);
+            (d, wrap.call(&payload))
+        } else {
+            let w = wrap.call(&payload);
+            (direct.call(&payload), w)
+        };
+        ds.push(us(d));
+        ws.push(us(w));
+        diffs.push(us(w) - us(d));
+    }
+    let (diffs, ds, ws) = (sorted(diffs), sorted(ds), sorted(ws));
+    Row {
+        size,
+        pairs,
+        direct_p50: percentile(&ds, 0.5),
+        wrap_p50: percentile(&ws, 0.5),
+        diff_p50: percentile(&diffs, 0.5),
+        diff_p99: percentile(&diffs, 0.99),
+    }
+}
+
+fn cold_start(argv: &[String], home: &Path) -> Duration {
+    let start = Instant::now();
+    let mut p = Peer::spawn(argv, home);
+    p.send_line(INIT);
+    p.read_answer(0);
+    let took = start.elapsed();
+    p.stop();
+    took
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing to parse.
+    let (gatehouse, peer_bin) = binaries();
+    let home = tempfile::tempdir().expect("temp home");
+    let home = home.path().to_path_buf();
+    let direct_argv = vec![peer_bin.display().to_string()];
+    let wrap_argv = vec![
+        gatehouse.display().to_string(),
+        "wrap".into(),
+        "--server".into(),
+        "bench".into(),
+        "--".into(),
+        peer_bin.display().to_string(),
+    ];
+    let pairs_1k: usize = std::env::var("BENCH_PAIRS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10_000);
+
+    // First wrap run creates the database and pins `echo` (first sight).
+    let first = cold_start(&wrap_argv, &home);
+
+    let mut direct = Peer::spawn(&direct_argv, &home);
+    let mut wrap = Peer::spawn(&wrap_argv, &home);
+    direct.initialize();
+    wrap.initialize();
+
+    // Idle RSS after 1,000 calls (1 KB).
+    let kb = "x".repeat(1024);
+    for _ in 0..1000 {
+        wrap.call(&kb);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let idle_rss = wrap.status_kb("VmRSS:");
+    let idle_hwm = wrap.status_kb("VmHWM:");
+
+    let rows = vec![
+        latency("1 KB", 1024, pairs_1k, &mut direct, &mut wrap),
+        latency(
+            "100 KB",
+            100 * 1024,
+            (pairs_1k / 5).max(100),
+            &mut direct,
+            &mut wrap,
+        ),
+        latency(
+            "1 MB",
+            1024 * 1024,
+            (pairs_1k / 20).max(100),
+            &mut direct,
+            &mut wrap,
+        ),
+    ];
+    direct.stop();
+    wrap.stop();
+
+    // Peak RSS with one 10 MB frame each way, in a fresh wrap process.
+    let mut wrap = Peer::spawn(&wrap_argv, &home);
+    wrap.initialize();
+    let before_hwm = wrap.status_kb("VmHWM:");
+    let ten_mb = "y".repeat(10 * 1024 * 1024);
+    let t10 = wrap.call(&ten_mb);
+    let peak = wrap.status_kb("VmHWM:");
+    wrap.stop();
+
+    // Cold start, paired and interleaved.
+    let mut diffs = Vec::new();
+    let (mut ds, mut ws) = (Vec::new(), Vec::new());
+    for i in 0..40 {
+        let (d, w) = if i % 2 == 0 {
+            let d = cold_start(&direct_argv, &home);
+            (d, cold_start(&wrap_argv, &home))
+        } else {
+            let w = cold_start(&wrap_argv, &home);
+            (cold_start(&direct_argv, &home), w)
+        };
+        ds.push(us(d));
+        ws.push(us(w));
+        diffs.push(us(w) - us(d));
+    }
+    let (diffs, ds, ws) = (sorted(diffs), sorted(ds), sorted(ws));
+
+    println!("| payload | pairs | direct p50 µs | wrap p50 µs | added p50 µs (target ≤50) | added p99 µs (target ≤500) |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            r.size, r.pairs, r.direct_p50, r.wrap_p50, r.diff_p50, r.diff_p99
+        );
+    }
+    println!();
+    println!("| memory | value | target |");
+    println!("|---|---:|---|");
+    println!(
+        "| wrap idle VmRSS after 1,000 calls | {:.1} MB | ≤ 8 MB |",
+        idle_rss as f64 / 1024.0
+    );
+    println!(
+        "| wrap VmHWM after 1,000 × 1 KB calls | {:.1} MB | |",
+        idle_hwm as f64 / 1024.0
+    );
+    println!(
+        "| wrap VmHWM after one 10 MB call (each way) | {:.1} MB (before: {:.1} MB; round trip {:.1} ms) | ≤ 8 MB + 3 × 10 MB = 38 MB |",
+        peak as f64 / 1024.0,
+        before_hwm as f64 / 1024.0,
+        t10.as_secs_f64() * 1e3
+    );
+    println!();
+    println!("| cold start (spawn → initialize answer), 40 pairs | direct p50 | wrap p50 | added p50 (target ≤ 5 ms) | added p90 |");
+    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| existing home | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |",
+        percentile(&ds, 0.5) / 1e3,
+        percentile(&ws, 0.5) / 1e3,
+        percentile(&diffs, 0.5) / 1e3,
+        percentile(&diffs, 0.9) / 1e3
+    );
+    println!(
+        "| first run ever (creates the database) | | {:.2} ms | | |",
+        us(first) / 1e3
+    );
+}
