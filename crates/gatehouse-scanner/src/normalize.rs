@@ -833,8 +833,8 @@ mod tests {
             Some("ignore")
         );
         assert_eq!(
-            layer(r"\x69\x67\x6e\x6f\x72\x65", LayerKind::HexEscape).as_deref(),
-            Some("ignore")
+            layer(r"\x69\x67\x6e\x6f\x72\x65\x20\x61\x6c\x6c", LayerKind::HexEscape).as_deref(),
+            Some("ignore all")
         );
         assert_eq!(
             layer("a \u{202E}olleh\u{202C} b", LayerKind::BidiReversed).as_deref(),
