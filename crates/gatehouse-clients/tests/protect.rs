@@ -424,6 +424,9 @@ fn unavailable_vault_writes_nothing() {
         .unwrap_err();
     assert!(matches!(err, ClientError::Vault(_)), "got {err}");
     assert!(err.to_string().contains("nothing was written"));
+    for canary in CANARIES {
+        assert!(!err.to_string().contains(canary), "errors never carry values");
+    }
     assert_eq!(
         read(&file.path),
         before,

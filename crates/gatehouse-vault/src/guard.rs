@@ -2,11 +2,14 @@
 //! the arguments of a call to another server?
 //!
 //! The guard holds keyed fingerprints, never plain text, so a wrap process
-//! can check for every other server's secrets without holding them. For each
+//! can check for every other server's secrets without holding them. Each
 //! argument string (and one layer of percent, base64 or hex decoding of it)
-//! it slides a window of each guarded length over the bytes: a keyed rolling
-//! hash (Rabin–Karp, base drawn from the key, 32 bits kept) prefilters, and
-//! only on a prefilter hit is the window's HMAC-SHA256 computed and compared.
+//! is scanned once, position by position: the 8 bytes starting there go
+//! through a keyed multiply-xor hash whose top 32 bits are compared — first
+//! against a 64-Kbit filter, then a map — with the same hash of each
+//! secret's first 8 bytes. Only on such a hit is the HMAC-SHA256 of the
+//! window of that secret's length computed and compared. The cost is one
+//! hash per byte, whatever the number and lengths of the secrets.
 //!
 //! Secrets shorter than [`MIN_GUARDED_LEN`] bytes are not guarded: at that
 //! length matches in ordinary text are too likely to block useful work, and
@@ -26,10 +29,16 @@ use crate::Secret;
 /// Secrets shorter than this (in bytes) are not guarded.
 pub const MIN_GUARDED_LEN: usize = 8;
 
-const P: u64 = (1 << 61) - 1;
+/// Keyed hash of an 8-byte window, top 32 bits kept: a prefilter only (a
+/// collision costs an HMAC, never a wrong answer).
+fn prefix_hash(window: [u8; 8], k: (u64, u64)) -> u32 {
+    ((u64::from_le_bytes(window) ^ k.0).wrapping_mul(k.1) >> 32) as u32
+}
 
-fn mulmod(a: u64, b: u64) -> u64 {
-    ((a as u128 * b as u128) % P as u128) as u64
+fn window8(bytes: &[u8], at: usize) -> [u8; 8] {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&bytes[at..at + 8]);
+    w
 }
 
 /// The key for fingerprints. Held by the control plane in the keyring and
@@ -74,15 +83,15 @@ impl GuardKey {
         m.finalize().into_bytes().into()
     }
 
-    fn roll_base(&self) -> u64 {
-        let d = self.mac(b"gatehouse rolling base");
-        let raw = u64::from_le_bytes(d[..8].try_into().unwrap_or([7; 8]));
-        (raw % (P - 1024)) + 512
+    fn prefix_keys(&self) -> (u64, u64) {
+        let d = self.mac(b"gatehouse prefix filter");
+        let k = |i: usize| u64::from_le_bytes(d[i..i + 8].try_into().unwrap_or([7; 8]));
+        (k(0), k(8) | 1)
     }
 }
 
 /// What is stored about one guarded secret: owner, name, length, a 32-bit
-/// keyed rolling hash and a keyed HMAC — enough to recognise the value,
+/// keyed hash of the first 8 bytes and a keyed HMAC — enough to recognise the value,
 /// useless for recovering it without the key.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SecretFingerprint {
@@ -92,7 +101,7 @@ pub struct SecretFingerprint {
     pub name: String,
     /// Length in bytes.
     pub len: usize,
-    roll: u32,
+    prefix: u32,
     mac: [u8; 32],
 }
 
@@ -118,25 +127,22 @@ impl SecretFingerprint {
         if bytes.len() < MIN_GUARDED_LEN {
             return None;
         }
-        let base = key.roll_base();
-        let roll = bytes
-            .iter()
-            .fold(0u64, |h, &b| (mulmod(h, base) + b as u64 + 1) % P);
+        let prefix = prefix_hash(window8(bytes, 0), key.prefix_keys());
         Some(Self {
             owner: owner.to_owned(),
             name: name.to_owned(),
             len: bytes.len(),
-            roll: roll as u32,
+            prefix,
             mac: key.mac(bytes),
         })
     }
 
-    /// Storable text form: `v1:<len>:<roll hex>:<mac hex>`.
+    /// Storable text form: `v1:<len>:<prefix hex>:<mac hex>`.
     pub fn encode(&self) -> String {
         format!(
             "v1:{}:{:08x}:{}",
             self.len,
-            self.roll,
+            self.prefix,
             hex::encode(self.mac)
         )
     }
@@ -148,13 +154,13 @@ impl SecretFingerprint {
             return None;
         }
         let len = parts.next()?.parse().ok()?;
-        let roll = u32::from_str_radix(parts.next()?, 16).ok()?;
+        let prefix = u32::from_str_radix(parts.next()?, 16).ok()?;
         let mac = hex::decode(parts.next()?).ok()?.try_into().ok()?;
         (parts.next().is_none() && len >= MIN_GUARDED_LEN).then(|| Self {
             owner: owner.into(),
             name: name.into(),
             len,
-            roll,
+            prefix,
             mac,
         })
     }
@@ -186,18 +192,13 @@ pub struct GuardHit {
     pub encoding: Encoding,
 }
 
-struct LengthGroup {
-    len: usize,
-    /// `base^(len-1) mod P`, to drop the outgoing byte.
-    high: u64,
-    by_roll: HashMap<u32, Vec<usize>>,
-}
-
 /// Checks strings against fingerprints of other servers' secrets.
 pub struct SecretGuard {
     key: GuardKey,
-    base: u64,
-    groups: Vec<LengthGroup>,
+    prefix_keys: (u64, u64),
+    /// One bit per value of the top 16 bits of a prefix hash.
+    filter: Box<[u64; 1024]>,
+    by_prefix: HashMap<u32, Vec<usize>>,
     fingerprints: Vec<SecretFingerprint>,
 }
 
@@ -215,27 +216,18 @@ const HEX_MIN_RUN: usize = 16;
 impl SecretGuard {
     /// A guard over `fingerprints` made with `key`.
     pub fn new(key: GuardKey, fingerprints: Vec<SecretFingerprint>) -> Self {
-        let base = key.roll_base();
-        let mut groups: Vec<LengthGroup> = Vec::new();
+        let mut filter = Box::new([0u64; 1024]);
+        let mut by_prefix: HashMap<u32, Vec<usize>> = HashMap::new();
         for (i, fp) in fingerprints.iter().enumerate() {
-            let group = match groups.iter().position(|g| g.len == fp.len) {
-                Some(pos) => &mut groups[pos],
-                None => {
-                    let high = (1..fp.len).fold(1u64, |acc, _| mulmod(acc, base));
-                    groups.push(LengthGroup {
-                        len: fp.len,
-                        high,
-                        by_roll: HashMap::new(),
-                    });
-                    groups.last_mut().unwrap_or_else(|| unreachable!())
-                }
-            };
-            group.by_roll.entry(fp.roll).or_default().push(i);
+            let bit = (fp.prefix >> 16) as usize;
+            filter[bit / 64] |= 1 << (bit % 64);
+            by_prefix.entry(fp.prefix).or_default().push(i);
         }
         Self {
+            prefix_keys: key.prefix_keys(),
             key,
-            base,
-            groups,
+            filter,
+            by_prefix,
             fingerprints,
         }
     }
@@ -291,37 +283,31 @@ impl SecretGuard {
         arg_index: usize,
         encoding: Encoding,
     ) -> Option<GuardHit> {
-        for g in &self.groups {
-            if bytes.len() < g.len {
+        if bytes.len() < MIN_GUARDED_LEN {
+            return None;
+        }
+        for start in 0..=bytes.len() - 8 {
+            let prefix = prefix_hash(window8(bytes, start), self.prefix_keys);
+            let bit = (prefix >> 16) as usize;
+            if self.filter[bit / 64] & (1 << (bit % 64)) == 0 {
                 continue;
             }
-            let mut h = bytes[..g.len]
-                .iter()
-                .fold(0u64, |h, &b| (mulmod(h, self.base) + b as u64 + 1) % P);
-            let mut start = 0;
-            loop {
-                if let Some(candidates) = g.by_roll.get(&(h as u32)) {
-                    let mac = self.key.mac(&bytes[start..start + g.len]);
-                    for &i in candidates {
-                        let fp = &self.fingerprints[i];
-                        if fp.owner != caller && fp.mac == mac {
-                            return Some(GuardHit {
-                                owner: fp.owner.clone(),
-                                name: fp.name.clone(),
-                                arg_index,
-                                encoding,
-                            });
-                        }
-                    }
+            let Some(candidates) = self.by_prefix.get(&prefix) else {
+                continue;
+            };
+            for &i in candidates {
+                let fp = &self.fingerprints[i];
+                if fp.owner == caller || start + fp.len > bytes.len() {
+                    continue;
                 }
-                let end = start + g.len;
-                if end >= bytes.len() {
-                    break;
+                if self.key.mac(&bytes[start..start + fp.len]) == fp.mac {
+                    return Some(GuardHit {
+                        owner: fp.owner.clone(),
+                        name: fp.name.clone(),
+                        arg_index,
+                        encoding,
+                    });
                 }
-                let out = mulmod(bytes[start] as u64 + 1, g.high);
-                h = (h + P - out) % P;
-                h = (mulmod(h, self.base) + bytes[end] as u64 + 1) % P;
-                start += 1;
             }
         }
         None
