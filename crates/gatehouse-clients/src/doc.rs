@@ -72,8 +72,14 @@ pub enum ConfigDoc {
 }
 
 /// Env names `gatehouse wrap` needs that Codex would strip (it passes only
-/// a fixed whitelist plus `env_vars`): the session bus for the keyring.
+/// a fixed whitelist plus `env_vars`): on Linux the session bus that reaches
+/// the Secret Service. macOS Keychain and Windows Credential Manager need
+/// none (`--home` is on argv).
+#[cfg(target_os = "linux")]
 pub const CODEX_ENV_VARS: &[&str] = &["DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR"];
+/// See the Linux variant.
+#[cfg(not(target_os = "linux"))]
+pub const CODEX_ENV_VARS: &[&str] = &[];
 
 impl ConfigDoc {
     /// Parses `text` as `format`.

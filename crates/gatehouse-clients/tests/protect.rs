@@ -425,7 +425,10 @@ fn unavailable_vault_writes_nothing() {
     assert!(matches!(err, ClientError::Vault(_)), "got {err}");
     assert!(err.to_string().contains("nothing was written"));
     for canary in CANARIES {
-        assert!(!err.to_string().contains(canary), "errors never carry values");
+        assert!(
+            !err.to_string().contains(canary),
+            "errors never carry values"
+        );
     }
     assert_eq!(
         read(&file.path),
@@ -575,4 +578,56 @@ fn git_tracked_project_file_needs_yes_and_committed_secret_means_rotate() {
         "committed secret must be flagged: {:?}",
         r.notes
     );
+}
+
+#[test]
+fn windows_layout_and_paths() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/windows"),
+        &root,
+    );
+    let dirs = HomeDirs::fixture(&root, Os::Windows);
+    let found: Vec<&str> = detect(&dirs, &[]).iter().map(|c| c.key).collect();
+    assert_eq!(
+        found,
+        ["claude-desktop", "codex", "zed"],
+        "Windows locations (%APPDATA%, %USERPROFILE%) are searched"
+    );
+    let vault = MemoryVault::new();
+    let n = AtomicUsize::new(0);
+    let p = Protector {
+        gatehouse_home: PathBuf::from("C:\\Users\\me\\AppData\\Local\\Gatehouse"),
+        exe: PathBuf::from("C:\\Program Files\\Gatehouse\\gatehouse.exe"),
+        vault: &vault,
+        registry: &NoRegistry,
+        processes: &FixedProbe::default(),
+        ids: Mutex::new(Box::new(move || {
+            format!("srv_win{}", n.fetch_add(1, Ordering::SeqCst))
+        })),
+        stamp: "t".into(),
+    };
+    let projects = all_projects(&dirs, &[]);
+    for f in CLIENTS
+        .iter()
+        .flat_map(|c| config_files(c, &dirs, &projects))
+    {
+        let original = read(&f.path);
+        p.protect_file(&f, &Options::default()).unwrap();
+        let text = read(&f.path);
+        let name = f
+            .path
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .replace(['/', '.', '\\'], "_");
+        insta::assert_snapshot!(format!("windows-{name}"), text);
+        p.unprotect_file(&f, &Options::default()).unwrap();
+        assert_eq!(
+            read(&f.path),
+            original,
+            "Windows-style config restored exactly"
+        );
+    }
 }
