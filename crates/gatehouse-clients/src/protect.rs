@@ -364,16 +364,32 @@ impl Protector<'_> {
                 stored.push((&plan.id, name));
             }
         }
-        let mut state = self.state().load()?;
+        let written = (|| {
+            let state = self.state().load()?;
+            let backup = self.make_backup(file, &original, &new_text, &rewrite.splices);
+            let rel = self.state().write_backup(&backup, &self.stamp)?;
+            let _lock = file
+                .client
+                .lock_suffix
+                .map(|s| DirLock::acquire(&file.path, s))
+                .transpose()?;
+            atomic_write(&file.path, &original, &new_text)?;
+            Ok::<_, ClientError>((state, rel))
+        })();
+        let (mut state, rel) = match written {
+            Ok(v) => v,
+            Err(e) => {
+                // Unless the rename happened (Verify), the file is unchanged:
+                // take the moved secrets back out of the keyring.
+                if !matches!(e, ClientError::Verify { .. }) {
+                    for (id, n) in &stored {
+                        let _ = self.vault.delete(id, n);
+                    }
+                }
+                return Err(e);
+            }
+        };
         let key = file_key(&file.path);
-        let backup = self.make_backup(file, &original, &new_text, &rewrite.splices);
-        let rel = self.state().write_backup(&backup, &self.stamp)?;
-        let _lock = file
-            .client
-            .lock_suffix
-            .map(|s| DirLock::acquire(&file.path, s))
-            .transpose()?;
-        atomic_write(&file.path, &original, &new_text)?;
         let previous = state.files.get(&key).cloned();
         let byte_restorable = !had_wrapped && previous.is_none();
         state.files.insert(

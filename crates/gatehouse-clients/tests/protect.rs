@@ -631,3 +631,41 @@ fn windows_layout_and_paths() {
         );
     }
 }
+
+#[test]
+fn cline_lock_is_respected_and_nothing_is_left_behind() {
+    let fx = Fixture::new("linux-all");
+    let file = fx
+        .files()
+        .into_iter()
+        .find(|f| f.client.key == "cline")
+        .unwrap();
+    // Give the entry a secret so there is something to move.
+    let text = read(&file.path).replace("\"timeout\": 60,", "\"timeout\": 60,\n      \"env\": { \"GITHUB_TOKEN\": \"ghp_ClineCanary0123456789abcdefABCD\" },");
+    std::fs::write(&file.path, &text).unwrap();
+    let lock = file.path.with_file_name("cline_mcp_settings.json.lock");
+    std::fs::create_dir(&lock).unwrap();
+    let err = fx
+        .protector()
+        .protect_file(&file, &Options::default())
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("locked by its client"),
+        "got {err}"
+    );
+    assert_eq!(
+        read(&file.path),
+        text,
+        "nothing written while Cline holds its lock"
+    );
+    assert!(
+        fx.vault.is_empty(),
+        "secrets moved before the failed write are taken back"
+    );
+    std::fs::remove_dir(&lock).unwrap();
+    fx.protector()
+        .protect_file(&file, &Options::default())
+        .unwrap();
+    assert!(!lock.exists(), "Gatehouse releases the lock it took");
+    assert!(!read(&file.path).contains("ClineCanary"));
+}
