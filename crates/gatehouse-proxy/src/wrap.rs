@@ -958,6 +958,15 @@ fn inject_secrets(
             }
         }
     }
+    // Protect leaves `NAME={{vault:NAME}}` in the client's env block.
+    for (name, value) in env.iter_mut() {
+        if value.contains("{{vault:") {
+            match gatehouse_vault::expand_placeholders(std::slice::from_ref(value), vault, &opts.server_id) {
+                Ok(expanded) => *value = expanded.expose().concat(),
+                Err(err) => report(format!("variable {name} not expanded: {err}")),
+            }
+        }
+    }
     if args.iter().any(|a| a.contains("{{vault:")) {
         match gatehouse_vault::expand_placeholders(args, vault, &opts.server_id) {
             Ok(expanded) => *args = expanded.expose().clone(),
