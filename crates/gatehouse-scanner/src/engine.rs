@@ -1115,7 +1115,7 @@ fn invisible_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
             cx.push(
                 "invisible.format_character",
                 Family::InvisibleUnicode,
-                Severity::Low,
+                Severity::Medium,
                 at(o),
             );
         }

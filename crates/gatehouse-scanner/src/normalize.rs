@@ -269,8 +269,10 @@ pub fn normalize(raw: &str) -> View {
         };
         let clen = c.len_utf8();
         if c == '\u{1b}' {
-            let n = escape_len(&bytes[i..]).max(1);
-            i += n;
+            i += escape_len(&bytes[i..]).max(1);
+            while i < raw.len() && !raw.is_char_boundary(i) {
+                i += 1;
+            }
             continue;
         }
         if is_invisible(c) {

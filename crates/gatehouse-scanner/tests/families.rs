@@ -5,8 +5,9 @@
 use gatehouse_scanner::{Carrier, Family, Report, Scanner, ScannerConfig, Severity};
 use serde_json::json;
 
-fn scanner() -> Scanner {
-    Scanner::new(ScannerConfig { fingerprint_key: b"unit".to_vec(), ..Default::default() }).expect("rules compile")
+fn scanner() -> &'static Scanner {
+    static SC: std::sync::OnceLock<Scanner> = std::sync::OnceLock::new();
+    SC.get_or_init(|| Scanner::new(ScannerConfig { fingerprint_key: b"unit".to_vec(), ..Default::default() }).expect("rules compile"))
 }
 
 #[derive(Clone, Copy)]
