@@ -1,0 +1,475 @@
+//! End-to-end test of the real `gatehouse-app` binary under Xvfb with a
+//! private session bus (`scripts/tray-e2e.sh` sets both up):
+//!
+//! - the window is driven through tauri-driver + WebKitWebDriver (fantoccini);
+//! - this test plays the desktop's tray host (`org.kde.StatusNotifierWatcher`)
+//!   and opens/clicks the tray menu over `com.canonical.dbusmenu`, exactly as
+//!   a panel does;
+//! - it plays the notification daemon (`org.freedesktop.Notifications`),
+//!   receives the notification naming the server, and clicks it;
+//! - it quits through the tray menu and checks that no process is left.
+//!
+//! Skipped unless `GATEHOUSE_TRAY_E2E=1`. Screenshots go to
+//! `artifacts/screenshots/`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use zbus::zvariant::{OwnedValue, Structure, Value};
+
+const APP: &str = env!("CARGO_BIN_EXE_gatehouse-app");
+const STEP: Duration = Duration::from_secs(20);
+
+// ---------------------------------------------------------------- bus fakes
+
+#[derive(Default)]
+struct Seen {
+    /// (service bus name, object path) of registered tray items
+    items: Vec<(String, String)>,
+    /// (id, summary, body) of notifications
+    notes: Vec<(u32, String, String)>,
+}
+
+struct Watcher(Arc<Mutex<Seen>>);
+
+#[zbus::interface(name = "org.kde.StatusNotifierWatcher")]
+impl Watcher {
+    fn register_status_notifier_item(
+        &self,
+        service: &str,
+        #[zbus(header)] hdr: zbus::message::Header<'_>,
+    ) {
+        let sender = hdr.sender().map(|s| s.to_string()).unwrap_or_default();
+        // libayatana passes its object path; others pass a bus name
+        let item = if service.starts_with('/') {
+            (sender, service.to_string())
+        } else {
+            (service.to_string(), "/StatusNotifierItem".to_string())
+        };
+        self.0.lock().unwrap().items.push(item);
+    }
+
+    fn register_status_notifier_host(&self, _service: &str) {}
+
+    #[zbus(property)]
+    fn registered_status_notifier_items(&self) -> Vec<String> {
+        let seen = self.0.lock().unwrap();
+        seen.items.iter().map(|(s, p)| format!("{s}{p}")).collect()
+    }
+
+    #[zbus(property)]
+    fn is_status_notifier_host_registered(&self) -> bool {
+        true
+    }
+
+    #[zbus(property)]
+    fn protocol_version(&self) -> i32 {
+        0
+    }
+}
+
+struct Notifications(Arc<Mutex<Seen>>);
+
+#[zbus::interface(name = "org.freedesktop.Notifications")]
+impl Notifications {
+    fn get_capabilities(&self) -> Vec<String> {
+        vec!["body".into(), "actions".into()]
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn notify(
+        &self,
+        _app_name: String,
+        _replaces_id: u32,
+        _app_icon: String,
+        summary: String,
+        body: String,
+        _actions: Vec<String>,
+        _hints: HashMap<String, OwnedValue>,
+        _expire_timeout: i32,
+    ) -> u32 {
+        let mut seen = self.0.lock().unwrap();
+        let id = u32::try_from(seen.notes.len()).unwrap() + 1;
+        seen.notes.push((id, summary, body));
+        id
+    }
+
+    fn close_notification(&self, _id: u32) {}
+
+    fn get_server_information(&self) -> (String, String, String, String) {
+        (
+            "gatehouse-e2e".into(),
+            "gatehouse".into(),
+            "1".into(),
+            "1.2".into(),
+        )
+    }
+}
+
+// ---------------------------------------------------------------- helpers
+
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn artifacts() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("artifacts/screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Stops tauri-driver with SIGTERM (it then stops WebKitWebDriver; SIGKILL
+/// would orphan it and keep the test's pipes open).
+struct Driver(Child);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+/// Pids of running processes whose executable is `exe`.
+fn processes_of(exe: &Path) -> Vec<u32> {
+    let want = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Ok(target) = std::fs::read_link(entry.path().join("exe")) {
+            if target == want {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// One tray menu entry as dbusmenu exports it.
+#[derive(Debug, Clone)]
+struct Entry {
+    id: i32,
+    label: String,
+    toggle: Option<i32>,
+}
+
+fn walk(v: &Value<'_>, out: &mut Vec<Entry>) {
+    match v {
+        Value::Value(inner) => walk(inner, out),
+        Value::Structure(s) => {
+            let f = s.fields();
+            let (Some(Value::I32(id)), Some(Value::Dict(props)), Some(Value::Array(children))) =
+                (f.first(), f.get(1), f.get(2))
+            else {
+                return;
+            };
+            let mut entry = Entry {
+                id: *id,
+                label: String::new(),
+                toggle: None,
+            };
+            for (k, val) in props.iter() {
+                let (Value::Str(k), Value::Value(val)) = (k, val) else {
+                    continue;
+                };
+                match (k.as_str(), val.as_ref()) {
+                    ("label", Value::Str(s)) => entry.label = s.as_str().replace('_', ""),
+                    ("toggle-state", Value::I32(t)) => entry.toggle = Some(*t),
+                    _ => {}
+                }
+            }
+            out.push(entry);
+            for child in children.inner() {
+                walk(child, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+struct TrayMenu<'a> {
+    proxy: zbus::blocking::Proxy<'a>,
+}
+
+impl TrayMenu<'_> {
+    fn open(conn: &zbus::blocking::Connection, service: &str, item_path: &str) -> Self {
+        let item = zbus::blocking::Proxy::new(
+            conn,
+            service.to_string(),
+            item_path.to_string(),
+            "org.kde.StatusNotifierItem",
+        )
+        .unwrap();
+        let menu: zbus::zvariant::OwnedObjectPath =
+            item.get_property("Menu").expect("tray item exports a Menu");
+        let proxy = zbus::blocking::Proxy::new(
+            conn,
+            service.to_string(),
+            menu,
+            "com.canonical.dbusmenu",
+        )
+        .unwrap();
+        TrayMenu { proxy }
+    }
+
+    fn entries(&self) -> Vec<Entry> {
+        let reply = self
+            .proxy
+            .call_method("GetLayout", &(0i32, -1i32, Vec::<String>::new()))
+            .expect("GetLayout");
+        let body = reply.body();
+        let layout: Structure<'_> = body.deserialize().expect("layout (u(ia{sv}av))");
+        let mut out = Vec::new();
+        if let Some(root) = layout.fields().get(1) {
+            walk(root, &mut out);
+        }
+        out
+    }
+
+    fn find(&self, label: &str) -> Option<Entry> {
+        self.entries().into_iter().find(|e| e.label == label)
+    }
+
+    fn click(&self, label: &str) {
+        let entry = wait_for(&format!("tray entry {label:?}"), STEP, || self.find(label));
+        let data = Value::I32(0);
+        self.proxy
+            .call_method("Event", &(entry.id, "clicked", &data, 0u32))
+            .expect("dbusmenu Event");
+    }
+}
+
+fn read_clients(dir: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(dir.join("clients.json")).unwrap()).unwrap()
+}
+
+fn client_protected(dir: &Path, id: &str) -> bool {
+    read_clients(dir)
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["id"] == id && c["protected"] == true)
+}
+
+async fn text_of(c: &Client, css: &str) -> String {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+async fn screenshot(c: &Client, name: &str) {
+    let png = c.screenshot().await.expect("screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "WebDriver returned a PNG");
+    std::fs::write(artifacts().join(name), png).unwrap();
+}
+
+// ---------------------------------------------------------------- the test
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tray_app_end_to_end() {
+    if std::env::var("GATEHOUSE_TRAY_E2E").as_deref() != Ok("1") {
+        eprintln!("skipped: set GATEHOUSE_TRAY_E2E=1 (scripts/tray-e2e.sh does)");
+        return;
+    }
+    for var in ["DISPLAY", "DBUS_SESSION_BUS_ADDRESS"] {
+        assert!(
+            std::env::var_os(var).is_some(),
+            "{var} unset: run under xvfb-run and dbus-run-session (scripts/tray-e2e.sh)"
+        );
+    }
+
+    // the desktop: tray host and notification daemon on the private session bus
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let conn = zbus::blocking::connection::Builder::session()
+        .unwrap()
+        .name("org.kde.StatusNotifierWatcher")
+        .unwrap()
+        .name("org.freedesktop.Notifications")
+        .unwrap()
+        .serve_at("/StatusNotifierWatcher", Watcher(seen.clone()))
+        .unwrap()
+        .serve_at("/org/freedesktop/Notifications", Notifications(seen.clone()))
+        .unwrap()
+        .build()
+        .expect("own the watcher and notification names (is another desktop on this bus?)");
+
+    // a private Gatehouse home and two fixture clients
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let fixture = tmp.path().join("fixture");
+    let xdg = tmp.path().join("xdg");
+    std::fs::create_dir_all(&fixture).unwrap();
+    std::fs::create_dir_all(&xdg).unwrap();
+    std::fs::write(
+        fixture.join("clients.json"),
+        json!([
+            {"id": "cursor", "name": "Cursor", "protected": false, "servers": 2},
+            {"id": "claude-desktop", "name": "Claude Desktop", "protected": false, "servers": 1}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+
+    let port = free_port();
+    let native = free_port();
+    let driver = Driver(
+        Command::new("tauri-driver")
+            .args(["--port", &port.to_string(), "--native-port", &native.to_string()])
+            .env("GATEHOUSE_HOME", &home)
+            .env("GATEHOUSE_APP_FIXTURE", &fixture)
+            .env("XDG_DATA_HOME", xdg.join("data"))
+            .env("XDG_CONFIG_HOME", xdg.join("config"))
+            .env("GATEHOUSE_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tauri-driver on PATH (cargo install tauri-driver --locked)"),
+    );
+    wait_for("tauri-driver to listen", STEP, || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+
+    let mut caps = serde_json::Map::new();
+    caps.insert("browserName".into(), json!("wry"));
+    caps.insert("tauri:options".into(), json!({ "application": APP }));
+    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("WebDriver session (WebKitWebDriver installed? webkit2gtk-driver)");
+    let started = Instant::now();
+
+    // 1. the status page renders through IPC
+    let title = client.title().await.unwrap();
+    assert_eq!(title, "Gatehouse");
+    let start = Instant::now();
+    let summary = loop {
+        let s = text_of(&client, "#summary").await;
+        if s != "Loading…" || start.elapsed() > STEP {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(summary, "Gatehouse — protected", "status command answered");
+    screenshot(&client, "tray-status.png").await;
+
+    // 2. protect Cursor from the window
+    client
+        .find(Locator::Css("#client-cursor"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for("Cursor protected via the window", STEP, || {
+        client_protected(&fixture, "cursor").then_some(())
+    });
+
+    // 3. open the tray menu as a panel does, and protect Claude Desktop from it
+    let (service, path) = wait_for("the tray icon to register with the watcher", STEP, || {
+        seen.lock().unwrap().items.first().cloned()
+    });
+    let menu = TrayMenu::open(&conn, &service, &path);
+    let labels: Vec<String> = menu.entries().into_iter().map(|e| e.label).collect();
+    for want in [
+        "Open dashboard",
+        "Protect",
+        "Protect all",
+        "Pause protection (audit only)",
+        "For 1 h (default)",
+        "Start at login",
+        "Quit Gatehouse",
+    ] {
+        assert!(labels.iter().any(|l| l == want), "tray menu lacks {want:?}: {labels:?}");
+    }
+    let cursor = wait_for("Cursor checked in the tray", STEP, || {
+        menu.find("Cursor (2 servers)").filter(|e| e.toggle == Some(1))
+    });
+    assert_eq!(cursor.toggle, Some(1), "window and tray agree");
+    menu.click("Claude Desktop (1 server)");
+    wait_for("Claude Desktop protected via the tray", STEP, || {
+        client_protected(&fixture, "claude-desktop").then_some(())
+    });
+
+    // 4. a blocked call notifies, naming the server (bidi override stripped)
+    std::fs::write(
+        fixture.join("notices.jsonl"),
+        format!(
+            "{}\n",
+            json!({"kind": "block", "server": "evil\u{202E}-github", "detail": "critical · secret egress · tool send_message", "route": "/events/42"})
+        ),
+    )
+    .unwrap();
+    let (note_id, summary, body) = wait_for("a notification", STEP, || {
+        seen.lock().unwrap().notes.first().cloned()
+    });
+    assert_eq!(summary, "Gatehouse blocked evil-github", "names the server, no bidi");
+    assert_eq!(body, "critical · secret egress · tool send_message");
+    let menu_after = wait_for("attention shown in the tray menu", STEP, || {
+        menu.find("Open dashboard (1 need attention)")
+    });
+    assert!(menu_after.id > 0);
+
+    // 5. clicking the notification opens the signed-in dashboard at the item
+    conn.emit_signal(
+        None::<&str>,
+        "/org/freedesktop/Notifications",
+        "org.freedesktop.Notifications",
+        "ActionInvoked",
+        &(note_id, "default"),
+    )
+    .unwrap();
+    let start = Instant::now();
+    let url = loop {
+        let url = client.current_url().await.unwrap();
+        if url.scheme() == "http" || start.elapsed() > STEP {
+            break url;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(url.host_str(), Some("127.0.0.1"), "dashboard on loopback: {url}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    screenshot(&client, "tray-dashboard.png").await;
+
+    // 6. Quit from the tray: the app exits cleanly and nothing is left
+    menu.click("Quit Gatehouse");
+    wait_for("the app to exit", STEP, || processes_of(Path::new(APP)).is_empty().then_some(()));
+    assert!(
+        !home.join("control.json").exists(),
+        "clean exit removes control.json (the control plane shut down in order)"
+    );
+    let _ = client.close().await;
+    drop(driver);
+    assert!(
+        processes_of(Path::new(APP)).is_empty(),
+        "no gatehouse-app process left"
+    );
+    eprintln!("tray e2e took {:?}", started.elapsed());
+}
