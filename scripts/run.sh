@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/gatehouse-target}"
 if command -v npm >/dev/null; then
-  [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error >&2
+  [ -d node_modules ] || npm install --no-audit --no-fund --loglevel=error >&2
   npm run build >&2
 fi
 cargo build --release -p gatehouse-cli >&2

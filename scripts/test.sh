@@ -28,7 +28,7 @@ scripts/install-peers.sh >/dev/null
 
 step "dashboard: npm ci, build, unit tests"
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  npm ci --no-audit --no-fund --loglevel=error
+  npm install --no-audit --no-fund --loglevel=error
 fi
 npm run build
 npm test
