@@ -961,7 +961,11 @@ fn inject_secrets(
     // Protect leaves `NAME={{vault:NAME}}` in the client's env block.
     for (name, value) in env.iter_mut() {
         if value.contains("{{vault:") {
-            match gatehouse_vault::expand_placeholders(std::slice::from_ref(value), vault, &opts.server_id) {
+            match gatehouse_vault::expand_placeholders(
+                std::slice::from_ref(value),
+                vault,
+                &opts.server_id,
+            ) {
                 Ok(expanded) => *value = expanded.expose().concat(),
                 Err(err) => report(format!("variable {name} not expanded: {err}")),
             }
