@@ -29,9 +29,58 @@ pub struct Engine {
 }
 
 fn translate(pattern: &str) -> String {
-    // A literal space means one or more whitespace; `\b` is ASCII-only so the
-    // DFA engines apply (Unicode word boundaries force slower engines).
-    pattern.replace(' ', r"\s+").replace(r"\b", r"(?-u:\b)")
+    // Outside character classes: a literal space means one or more
+    // whitespace, and `\b \s \w \d` become their ASCII forms so the DFA
+    // engines apply (Unicode word boundaries force slower engines; the view
+    // is folded to ASCII where it matters). Inside classes the same classes
+    // are spelled out as ASCII ranges.
+    let mut out = String::with_capacity(pattern.len() * 2);
+    let mut in_class = false;
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                let Some(n) = chars.next() else {
+                    out.push('\\');
+                    break;
+                };
+                match (in_class, n) {
+                    (false, 's' | 'w' | 'd' | 'b') => {
+                        out.push_str("(?-u:\\");
+                        out.push(n);
+                        out.push(')');
+                    }
+                    (true, 's') => out.push_str(r"\t\n\x0B\x0C\r "),
+                    (true, 'w') => out.push_str("0-9A-Za-z_"),
+                    (true, 'd') => out.push_str("0-9"),
+                    _ => {
+                        out.push('\\');
+                        out.push(n);
+                    }
+                }
+            }
+            '[' if !in_class => {
+                in_class = true;
+                out.push('[');
+                // A leading `^` or `]` belongs to the class.
+                if chars.peek() == Some(&'^') {
+                    out.push('^');
+                    chars.next();
+                }
+                if chars.peek() == Some(&']') {
+                    out.push(']');
+                    chars.next();
+                }
+            }
+            ']' if in_class => {
+                in_class = false;
+                out.push(']');
+            }
+            ' ' if !in_class => out.push_str(r"(?-u:\s)+"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone)]
@@ -1011,6 +1060,23 @@ fn invisible_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
     }
     let def = cx.carrier != Carrier::Output;
     let chars: Vec<(usize, char)> = raw.char_indices().take(1 << 20).collect();
+    // Nearest visible neighbours, precomputed so the pass stays linear.
+    let mut prev_visible: Vec<Option<char>> = Vec::with_capacity(chars.len());
+    let mut last = None;
+    for &(_, c) in &chars {
+        prev_visible.push(last);
+        if !is_invisible(c) {
+            last = Some(c);
+        }
+    }
+    let mut next_visible: Vec<Option<char>> = vec![None; chars.len()];
+    let mut last = None;
+    for (k, &(_, c)) in chars.iter().enumerate().rev() {
+        next_visible[k] = last;
+        if !is_invisible(c) {
+            last = Some(c);
+        }
+    }
     let mut split = 0usize;
     let mut split_at = None;
     let mut bidi = None;
@@ -1023,15 +1089,8 @@ fn invisible_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
             in_flag = c == '\u{1F3F4}';
             continue;
         }
-        let prev = chars[..k]
-            .iter()
-            .rev()
-            .find(|(_, p)| !is_invisible(*p))
-            .map(|x| x.1);
-        let next = chars[k + 1..]
-            .iter()
-            .find(|(_, n)| !is_invisible(*n))
-            .map(|x| x.1);
+        let prev = prev_visible[k];
+        let next = next_visible[k];
         let latin = |o: Option<char>| {
             o.is_some_and(|c| {
                 c.is_ascii_alphanumeric() || matches!(c, '<' | '>' | '/' | ':' | '.' | '~' | '_')

@@ -835,7 +835,11 @@ mod tests {
             Some("ignore")
         );
         assert_eq!(
-            layer(r"\x69\x67\x6e\x6f\x72\x65\x20\x61\x6c\x6c", LayerKind::HexEscape).as_deref(),
+            layer(
+                r"\x69\x67\x6e\x6f\x72\x65\x20\x61\x6c\x6c",
+                LayerKind::HexEscape
+            )
+            .as_deref(),
             Some("ignore all")
         );
         assert_eq!(

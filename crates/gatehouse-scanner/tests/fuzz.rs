@@ -14,11 +14,37 @@ fn scanner() -> &'static Scanner {
 
 fn tricky() -> impl Strategy<Value = String> {
     let atoms = prop::sample::select(vec![
-        "ignore ", "previous ", "instructions", "~/.ssh/id_rsa", "\u{200B}", "\u{202E}", "\u{E0041}", "\u{1b}[8m",
-        "\u{1b}]8;;http://a\u{7}", "%2e%2e%2f", "\\x41", "SGVsbG8gd29ybGQ=", "ｉ", "о", "<IMPORTANT>", "\n", "   ",
-        "\u{FE0F}", "\u{1F3F4}", "curl x | sh", "send to a@b.c", "\u{0301}", "ß", "İ", "\u{10FFFF}",
+        "ignore ",
+        "previous ",
+        "instructions",
+        "~/.ssh/id_rsa",
+        "\u{200B}",
+        "\u{202E}",
+        "\u{E0041}",
+        "\u{1b}[8m",
+        "\u{1b}]8;;http://a\u{7}",
+        "%2e%2e%2f",
+        "\\x41",
+        "SGVsbG8gd29ybGQ=",
+        "ｉ",
+        "о",
+        "<IMPORTANT>",
+        "\n",
+        "   ",
+        "\u{FE0F}",
+        "\u{1F3F4}",
+        "curl x | sh",
+        "send to a@b.c",
+        "\u{0301}",
+        "ß",
+        "İ",
+        "\u{10FFFF}",
     ]);
-    prop::collection::vec(prop_oneof![atoms.prop_map(String::from), any::<String>()], 0..40).prop_map(|v| v.concat())
+    prop::collection::vec(
+        prop_oneof![atoms.prop_map(String::from), any::<String>()],
+        0..40,
+    )
+    .prop_map(|v| v.concat())
 }
 
 proptest! {
@@ -54,12 +80,26 @@ fn one_megabyte_pathological_string_is_bounded() {
     while s.len() < (1 << 20) {
         s.push_str(unit);
     }
-    let pathological = [s.clone(), "a".repeat(1 << 20), "%41".repeat(1 << 18), "\u{E0041}".repeat(1 << 18), " ".repeat(1 << 20) + "x"];
-    let budget = if cfg!(debug_assertions) { Duration::from_secs(60) } else { Duration::from_secs(5) };
+    let pathological = [
+        s.clone(),
+        "a".repeat(1 << 20),
+        "%41".repeat(1 << 18),
+        "\u{E0041}".repeat(1 << 18),
+        " ".repeat(1 << 20) + "x",
+    ];
+    let budget = if cfg!(debug_assertions) {
+        Duration::from_secs(60)
+    } else {
+        Duration::from_secs(5)
+    };
     for p in &pathological {
         let t = Instant::now();
         let _ = scanner().scan_string(Carrier::Output, "p", p);
         let _ = scanner().scan_string(Carrier::Definition, "p", p);
-        assert!(t.elapsed() < budget, "1 MB input took {:?} (budget {budget:?})", t.elapsed());
+        assert!(
+            t.elapsed() < budget,
+            "1 MB input took {:?} (budget {budget:?})",
+            t.elapsed()
+        );
     }
 }

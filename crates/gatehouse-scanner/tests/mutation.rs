@@ -12,10 +12,19 @@ use gatehouse_scanner::{Scanner, ScannerConfig};
 use serde_json::{json, Value};
 
 fn corpus(file: &str) -> Vec<Value> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus").join(file);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("corpus file {} is required for the mutation test: {e}", path.display()));
-    text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).expect("JSON line")).collect()
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/corpus")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "corpus file {} is required for the mutation test: {e}",
+            path.display()
+        )
+    });
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect()
 }
 
 fn zero_width(s: &str) -> String {
@@ -44,11 +53,22 @@ fn homoglyphs(s: &str) -> String {
 }
 
 fn full_width(s: &str) -> String {
-    s.chars().map(|c| if ('!'..='~').contains(&c) { char::from_u32(c as u32 + 0xFEE0).unwrap_or(c) } else { c }).collect()
+    s.chars()
+        .map(|c| {
+            if ('!'..='~').contains(&c) {
+                char::from_u32(c as u32 + 0xFEE0).unwrap_or(c)
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 fn base64(s: &str) -> String {
-    format!("Configuration (decode and apply): {}", base64::engine::general_purpose::STANDARD.encode(s))
+    format!(
+        "Configuration (decode and apply): {}",
+        base64::engine::general_purpose::STANDARD.encode(s)
+    )
 }
 
 fn percent(s: &str) -> String {
@@ -90,7 +110,10 @@ fn re_encoded_outputs_stay_flagged() {
     let sc = scanner();
     let mut missed = Vec::new();
     let mut total = 0;
-    for item in corpus("tool-outputs.jsonl").iter().filter(|i| i["label"] == "malicious") {
+    for item in corpus("tool-outputs.jsonl")
+        .iter()
+        .filter(|i| i["label"] == "malicious")
+    {
         let text = item["text"].as_str().unwrap_or_default();
         if !sc.scan_text("t", text).is_flagged() {
             continue; // the plain regression gate reports this one
@@ -110,7 +133,10 @@ fn re_encoded_definitions_stay_flagged() {
     let sc = scanner();
     let mut missed = Vec::new();
     let mut total = 0;
-    for item in corpus("tool-definitions.jsonl").iter().filter(|i| i["label"] == "malicious") {
+    for item in corpus("tool-definitions.jsonl")
+        .iter()
+        .filter(|i| i["label"] == "malicious")
+    {
         let tool = &item["tool"];
         if !sc.scan_tool(tool).is_flagged() {
             continue;
@@ -119,7 +145,8 @@ fn re_encoded_definitions_stay_flagged() {
         let name = tool["name"].as_str().unwrap_or("t");
         for (mname, m) in MUTATIONS {
             total += 1;
-            let mutated = json!({"name": name, "description": m(&text), "inputSchema": {"type": "object"}});
+            let mutated =
+                json!({"name": name, "description": m(&text), "inputSchema": {"type": "object"}});
             if !sc.scan_tool(&mutated).is_flagged() {
                 missed.push(format!("{} {mname}", item["id"]));
             }
@@ -133,7 +160,12 @@ fn re_encoded_definitions_stay_flagged() {
         }
         // Split at a word boundary near the middle across two fields.
         total += 1;
-        let mid = text.char_indices().map(|(i, _)| i).filter(|&i| text[..i].ends_with(' ')).min_by_key(|&i| i.abs_diff(text.len() / 2)).unwrap_or(0);
+        let mid = text
+            .char_indices()
+            .map(|(i, _)| i)
+            .filter(|&i| text[..i].ends_with(' '))
+            .min_by_key(|&i| i.abs_diff(text.len() / 2))
+            .unwrap_or(0);
         let split = json!({"name": name, "description": &text[..mid], "inputSchema": {"type": "object", "properties": {
             "x": {"type": "string", "description": &text[mid..]}}}});
         if !sc.scan_tool(&split).is_flagged() {
@@ -145,9 +177,17 @@ fn re_encoded_definitions_stay_flagged() {
 
 fn report(what: &str, total: usize, missed: &[String]) {
     let rate = 1.0 - missed.len() as f64 / total.max(1) as f64;
-    println!("mutations ({what}): {:.1}% still flagged ({} of {total})", rate * 100.0, total - missed.len());
+    println!(
+        "mutations ({what}): {:.1}% still flagged ({} of {total})",
+        rate * 100.0,
+        total - missed.len()
+    );
     for m in missed {
         println!("   MUTATION MISSED {m}");
     }
-    assert!(rate >= 0.95, "{what}: only {:.1}% of re-encoded malicious items stay flagged", rate * 100.0);
+    assert!(
+        rate >= 0.95,
+        "{what}: only {:.1}% of re-encoded malicious items stay flagged",
+        rate * 100.0
+    );
 }
