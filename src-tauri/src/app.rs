@@ -69,9 +69,14 @@ fn native_items<R: Runtime>(
                 *enabled,
                 None::<&str>,
             )?)),
-            MenuNode::Check { id, label, checked } => out.push(Box::new(
-                CheckMenuItem::with_id(app, id.as_str(), label, true, *checked, None::<&str>)?,
-            )),
+            MenuNode::Check { id, label, checked } => out.push(Box::new(CheckMenuItem::with_id(
+                app,
+                id.as_str(),
+                label,
+                true,
+                *checked,
+                None::<&str>,
+            )?)),
             MenuNode::Submenu { label, children } => {
                 let items = native_items(app, children)?;
                 let refs: Vec<&dyn IsMenuItem<R>> = items.iter().map(|b| b.as_ref()).collect();
@@ -459,7 +464,11 @@ mod tests {
             assert_eq!(png[25], 6, "colour type RGBA for {look:?}");
             seen.insert(png.as_ptr());
         }
-        assert_eq!(seen.len(), 12, "protected, paused, 1..9 and 9+ are distinct icons");
+        assert_eq!(
+            seen.len(),
+            12,
+            "protected, paused, 1..9 and 9+ are distinct icons"
+        );
     }
 
     #[test]

@@ -285,11 +285,17 @@ mod tests {
             "set_client_protected",
             json!({"client": "cursor", "protected": true}),
         );
-        assert!(remote.is_err(), "remote origin must be denied, got {remote:?}");
+        assert!(
+            remote.is_err(),
+            "remote origin must be denied, got {remote:?}"
+        );
         // any other window gets nothing either
         let other = window(&app, "other");
         let denied = call(&other, LOCAL, "status", json!({}));
-        assert!(denied.is_err(), "window 'other' must be denied, got {denied:?}");
+        assert!(
+            denied.is_err(),
+            "window 'other' must be denied, got {denied:?}"
+        );
         assert!(
             !backend.clients().unwrap()[0].protected,
             "denied calls changed nothing"

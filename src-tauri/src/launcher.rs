@@ -43,7 +43,11 @@ pub struct Env {
 impl Env {
     /// Reads the process environment (empty values count as unset).
     pub fn from_process() -> Self {
-        let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
         Env {
             home: var(if cfg!(windows) { "USERPROFILE" } else { "HOME" }),
             xdg_data_home: var("XDG_DATA_HOME"),
@@ -113,7 +117,11 @@ pub fn stable_target(os: Os, app_exe: &Path, env: &Env) -> Target {
         Os::Linux | Os::MacOs => "gatehouse",
     };
     let dir = app_exe.parent().unwrap_or(Path::new("."));
-    if os == Os::MacOs && dir.components().any(|c| c.as_os_str() == "AppTranslocation") {
+    if os == Os::MacOs
+        && dir
+            .components()
+            .any(|c| c.as_os_str() == "AppTranslocation")
+    {
         if let Some(bundle) = dir
             .ancestors()
             .find(|a| a.extension().is_some_and(|e| e == "app"))
@@ -239,7 +247,11 @@ pub fn install(dir: &Path, os: Os, target: &Target) -> std::io::Result<(PathBuf,
         return Ok((path, Installed::UpToDate));
     }
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.tmp-{}", launcher_file_name(os), std::process::id()));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        launcher_file_name(os),
+        std::process::id()
+    ));
     std::fs::write(&tmp, &wanted)?;
     #[cfg(unix)]
     {
@@ -276,7 +288,11 @@ mod tests {
 
     #[test]
     fn launcher_dirs_per_os() {
-        check_dir(Os::Linux, env("/home/u"), Some("/home/u/.local/share/gatehouse/bin"));
+        check_dir(
+            Os::Linux,
+            env("/home/u"),
+            Some("/home/u/.local/share/gatehouse/bin"),
+        );
         check_dir(
             Os::Linux,
             Env {
@@ -318,7 +334,13 @@ mod tests {
 
     #[test]
     fn stable_targets() {
-        check_target(Os::Linux, "/usr/bin/gatehouse-app", Env::default(), "/usr/bin/gatehouse", &[]);
+        check_target(
+            Os::Linux,
+            "/usr/bin/gatehouse-app",
+            Env::default(),
+            "/usr/bin/gatehouse",
+            &[],
+        );
         check_target(
             Os::Linux,
             "/tmp/.mount_GatehXYZ/usr/bin/gatehouse-app",
@@ -362,7 +384,10 @@ mod tests {
             Some(&args[4..]),
             "only the first -- separates"
         );
-        assert_eq!(original_command(&["wrap".to_string(), "--".to_string()]), None);
+        assert_eq!(
+            original_command(&["wrap".to_string(), "--".to_string()]),
+            None
+        );
         assert_eq!(original_command(&["wrap".to_string()]), None);
     }
 
@@ -402,7 +427,10 @@ mod tests {
             let (code, out, err) =
                 run_launcher(&target, &["wrap", "--id", "a b", "--", "echo", "hi"]);
             assert_eq!(code, 0, "stderr: {err}");
-            assert_eq!(out, "cli:--cli|cli:wrap|cli:--id|cli:a b|cli:--|cli:echo|cli:hi|");
+            assert_eq!(
+                out,
+                "cli:--cli|cli:wrap|cli:--id|cli:a b|cli:--|cli:echo|cli:hi|"
+            );
             assert_eq!(err, "", "no warning while the app is installed");
         }
 
@@ -417,7 +445,10 @@ mod tests {
                 &["wrap", "--id", "s1", "--", "printf", "%s-%s", "a b", "c"],
             );
             assert_eq!(code, 0, "stderr: {err}");
-            assert_eq!(out, "a b-c", "original command and its arguments run unchanged");
+            assert_eq!(
+                out, "a b-c",
+                "original command and its arguments run unchanged"
+            );
             assert!(err.contains("WITHOUT protection"), "warns on stderr: {err}");
 
             let (code, _, err) = run_launcher(&target, &["wrap", "--id", "s1"]);
@@ -441,7 +472,10 @@ mod tests {
             let (path, what) = install(&bin, Os::Linux, &b).unwrap();
             assert_eq!(what, Installed::Updated);
             let text = std::fs::read_to_string(path).unwrap();
-            assert!(text.contains("'/opt/b/gatehouse'"), "points at the new binary");
+            assert!(
+                text.contains("'/opt/b/gatehouse'"),
+                "points at the new binary"
+            );
             let leftovers = std::fs::read_dir(&bin).unwrap().count();
             assert_eq!(leftovers, 1, "no temp files left behind");
         }

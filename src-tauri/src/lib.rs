@@ -263,11 +263,20 @@ mod tests {
         };
         assert_eq!(protected(&backend), [true, false]);
         shell.toggle_client("cursor").unwrap();
-        assert_eq!(protected(&backend), [false, false], "second click unprotects");
+        assert_eq!(
+            protected(&backend),
+            [false, false],
+            "second click unprotects"
+        );
         shell.protect_all().unwrap();
         assert_eq!(protected(&backend), [true, true]);
         assert_eq!(
-            shell.snapshot().clients.iter().filter(|c| c.protected).count(),
+            shell
+                .snapshot()
+                .clients
+                .iter()
+                .filter(|c| c.protected)
+                .count(),
             2,
             "the snapshot follows the backend"
         );
@@ -293,12 +302,19 @@ mod tests {
         backend.push_notice(block("slack"));
         backend.push_notice(block("jira"));
         now.fetch_add(2_000, Ordering::SeqCst);
-        assert!(shell.tick().unwrap().notify.is_empty(), "inside the 10 s window");
+        assert!(
+            shell.tick().unwrap().notify.is_empty(),
+            "inside the 10 s window"
+        );
         now.fetch_add(8_000, Ordering::SeqCst);
         let tick = shell.tick().unwrap();
         assert_eq!(tick.notify.len(), 1);
         assert_eq!(tick.notify[0].summary, "Gatehouse blocked slack");
-        assert!(tick.notify[0].body.ends_with("+1 more"), "{:?}", tick.notify[0]);
+        assert!(
+            tick.notify[0].body.ends_with("+1 more"),
+            "{:?}",
+            tick.notify[0]
+        );
     }
 
     #[test]
@@ -308,10 +324,16 @@ mod tests {
             .set_protection(Protection::paused_for(T0, state::DEFAULT_PAUSE_MIN))
             .unwrap();
         shell.tick().unwrap();
-        assert!(matches!(backend.protection().unwrap(), Protection::Paused { .. }));
+        assert!(matches!(
+            backend.protection().unwrap(),
+            Protection::Paused { .. }
+        ));
         now.store(T0 + 30 * 60_000, Ordering::SeqCst);
         assert!(shell.tick().unwrap().changed, "menu label counts down");
-        assert!(!shell.tick().unwrap().changed, "same minute, nothing to redraw");
+        assert!(
+            !shell.tick().unwrap().changed,
+            "same minute, nothing to redraw"
+        );
         now.store(T0 + 60 * 60_000, Ordering::SeqCst);
         let tick = shell.tick().unwrap();
         assert!(tick.changed);

@@ -61,7 +61,10 @@ pub fn start() -> Result<Started, StartError> {
             let (handle, opened) = tauri::async_runtime::block_on(async {
                 let config = ServerConfig::open(home.clone()).await?;
                 let opened = config.store.clone();
-                Ok::<_, gatehouse_server::ServeError>((gatehouse_server::serve(config).await?, opened))
+                Ok::<_, gatehouse_server::ServeError>((
+                    gatehouse_server::serve(config).await?,
+                    opened,
+                ))
             })
             .map_err(|e| StartError::Serve(e.to_string()))?;
             store = Some(opened);
@@ -140,9 +143,9 @@ impl ControlPlane {
                 if info.is_none() {
                     *info = control::read_control(home).ok();
                 }
-                let current = info
-                    .as_ref()
-                    .ok_or_else(|| BackendError::ControlPlane("control.json not readable".into()))?;
+                let current = info.as_ref().ok_or_else(|| {
+                    BackendError::ControlPlane("control.json not readable".into())
+                })?;
                 control::request_signin_url(current).map_err(|e| {
                     *info = None; // re-read next time: it may have restarted
                     BackendError::ControlPlane(e.to_string())
@@ -245,7 +248,8 @@ struct StoreSource {
 
 impl StoreSource {
     fn new(store: Store) -> Result<Self, StartError> {
-        let last_event = block(store.latest_event_id()).map_err(|e| StartError::Serve(e.to_string()))?;
+        let last_event =
+            block(store.latest_event_id()).map_err(|e| StartError::Serve(e.to_string()))?;
         let last_consent = block(store.list_consents(None, u32::MAX))
             .map_err(|e| StartError::Serve(e.to_string()))?
             .iter()
@@ -267,7 +271,10 @@ impl StoreSource {
             return String::new();
         };
         match self.store.get_server(id).await {
-            Ok(Some(s)) => s.display_name.or(s.entry_name).unwrap_or_else(|| id.to_string()),
+            Ok(Some(s)) => s
+                .display_name
+                .or(s.entry_name)
+                .unwrap_or_else(|| id.to_string()),
             _ => id.to_string(),
         }
     }
@@ -282,7 +289,10 @@ impl StoreSource {
             limit: EventFilter::MAX_LIMIT,
             ..EventFilter::default()
         };
-        let fresh = self.store.query_events(&blocks(Some(after_event), None)).await?;
+        let fresh = self
+            .store
+            .query_events(&blocks(Some(after_event), None))
+            .await?;
         let recent = self
             .store
             .query_events(&blocks(None, Some(now_ms - RECENT_BLOCK_MS)))
@@ -296,7 +306,11 @@ impl StoreSource {
         let mut last_event = after_event;
         for e in &fresh {
             last_event = last_event.max(e.id);
-            let mut detail = format!("{} · {}", e.severity.as_str(), e.rule.as_deref().unwrap_or(&e.event_type));
+            let mut detail = format!(
+                "{} · {}",
+                e.severity.as_str(),
+                e.rule.as_deref().unwrap_or(&e.event_type)
+            );
             if let Some(tool) = &e.tool {
                 detail.push_str(&format!(" · tool {tool}"));
             }
@@ -318,7 +332,11 @@ impl StoreSource {
             notices.push(Notice {
                 kind,
                 server: self.server_name(Some(&c.server_id)).await,
-                detail: c.tool.as_deref().map(|t| format!("tool {t}")).unwrap_or_default(),
+                detail: c
+                    .tool
+                    .as_deref()
+                    .map(|t| format!("tool {t}"))
+                    .unwrap_or_default(),
                 route: format!("/consents/{}", c.id),
             });
         }
@@ -374,7 +392,8 @@ impl FixtureSource {
     fn clients(&self) -> Result<Vec<ClientItem>, BackendError> {
         let bytes = std::fs::read(self.clients_path())
             .map_err(|e| BackendError::Store(format!("clients.json: {e}")))?;
-        serde_json::from_slice(&bytes).map_err(|e| BackendError::Store(format!("clients.json: {e}")))
+        serde_json::from_slice(&bytes)
+            .map_err(|e| BackendError::Store(format!("clients.json: {e}")))
     }
 
     fn set_client_protected(&self, id: &str, protected: bool) -> Result<(), BackendError> {
@@ -460,15 +479,27 @@ mod tests {
     #[test]
     fn signin_routes() {
         let check = |signin: &str, route: &str, expect: &str| {
-            assert_eq!(signin_with_route(signin, route), expect, "{signin} + {route}");
+            assert_eq!(
+                signin_with_route(signin, route),
+                expect,
+                "{signin} + {route}"
+            );
         };
-        check("http://127.0.0.1:9/signin#t=abc", "/", "http://127.0.0.1:9/signin#t=abc");
+        check(
+            "http://127.0.0.1:9/signin#t=abc",
+            "/",
+            "http://127.0.0.1:9/signin#t=abc",
+        );
         check(
             "http://127.0.0.1:9/signin#t=abc",
             "/events?severity=high",
             "http://127.0.0.1:9/signin#t=abc&next=/events%3Fseverity%3Dhigh",
         );
-        check("http://h/signin", "/consents/1", "http://h/signin#next=/consents/1");
+        check(
+            "http://h/signin",
+            "/consents/1",
+            "http://h/signin#next=/consents/1",
+        );
     }
 
     #[test]
@@ -481,7 +512,10 @@ mod tests {
         .unwrap();
         let f = FixtureSource::open(dir.path().to_path_buf()).unwrap();
         f.set_client_protected("cursor", true).unwrap();
-        assert!(f.clients().unwrap()[0].protected, "written back to clients.json");
+        assert!(
+            f.clients().unwrap()[0].protected,
+            "written back to clients.json"
+        );
         assert!(matches!(
             f.set_client_protected("zed", true),
             Err(BackendError::UnknownClient(_))
@@ -496,10 +530,17 @@ mod tests {
         .unwrap();
         let poll = f.poll().unwrap();
         let servers: Vec<&str> = poll.notices.iter().map(|n| n.server.as_str()).collect();
-        assert_eq!(servers, ["github", "jira"], "malformed skipped, partial line waits");
+        assert_eq!(
+            servers,
+            ["github", "jira"],
+            "malformed skipped, partial line waits"
+        );
         assert_eq!(poll.attention, 2);
         use std::io::Write;
-        let mut file = std::fs::OpenOptions::new().append(true).open(&notices).unwrap();
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&notices)
+            .unwrap();
         file.write_all(b"ver\":\"slack\"}\n").unwrap();
         let poll = f.poll().unwrap();
         assert_eq!(poll.notices.len(), 1, "the completed line is read once");

@@ -7,7 +7,10 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if args.get(1).is_some_and(|a| a == gatehouse_app::launcher::CLI_FLAG) {
+    if args
+        .get(1)
+        .is_some_and(|a| a == gatehouse_app::launcher::CLI_FLAG)
+    {
         return run_cli(&args[2..]);
     }
     gatehouse_app::run();
@@ -16,8 +19,11 @@ fn main() -> ExitCode {
 
 fn run_cli(args: &[std::ffi::OsString]) -> ExitCode {
     let exe = std::env::current_exe().unwrap_or_default();
-    let cli = exe
-        .with_file_name(if cfg!(windows) { "gatehouse.exe" } else { "gatehouse" });
+    let cli = exe.with_file_name(if cfg!(windows) {
+        "gatehouse.exe"
+    } else {
+        "gatehouse"
+    });
     match std::process::Command::new(&cli).args(args).status() {
         Ok(status) => status
             .code()

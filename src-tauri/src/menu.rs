@@ -143,7 +143,10 @@ pub fn build(input: &MenuInput<'_>) -> Vec<MenuNode> {
         }),
         Some(left) => menu.push(item(
             MenuAction::Resume,
-            format!("Resume protection (resumes by itself in {})", human_minutes(left)),
+            format!(
+                "Resume protection (resumes by itself in {})",
+                human_minutes(left)
+            ),
             true,
         )),
     }
@@ -356,7 +359,14 @@ Quit Gatehouse
     #[test]
     fn parse_rejects_junk() {
         for id in [
-            "", "client:", "pause:", "pause:0", "pause:-5", "pause:x", "Quit", "no-clients",
+            "",
+            "client:",
+            "pause:",
+            "pause:0",
+            "pause:-5",
+            "pause:x",
+            "Quit",
+            "no-clients",
         ] {
             assert_eq!(MenuAction::parse(id), None, "{id:?} must not parse");
         }

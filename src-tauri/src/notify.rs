@@ -324,7 +324,10 @@ mod tests {
     fn render_names_the_server() {
         let cases = [
             (NoticeKind::Block, "Gatehouse blocked github"),
-            (NoticeKind::ToolChanged, "github changed a tool — review needed"),
+            (
+                NoticeKind::ToolChanged,
+                "github changed a tool — review needed",
+            ),
             (NoticeKind::ToolQuarantined, "github: tool quarantined"),
             (NoticeKind::InputRequest, "github is asking for input"),
         ];
@@ -339,7 +342,13 @@ mod tests {
 
     #[test]
     fn render_refuses_foreign_routes() {
-        for route in ["https://evil.example/", "//evil.example", "/a\\b", "/a b", "events"] {
+        for route in [
+            "https://evil.example/",
+            "//evil.example",
+            "/a\\b",
+            "/a b",
+            "events",
+        ] {
             let mut n = notice(NoticeKind::Block, "s", "d");
             n.route = route.into();
             assert_eq!(
@@ -362,10 +371,23 @@ mod tests {
         let mut c = Coalescer::new(10_000);
         let t = 1_000_000;
         let first = c.offer(notice(NoticeKind::Block, "a", "1"), t);
-        assert_eq!(first.map(|r| r.body), Some("1".to_string()), "first goes out at once");
-        assert_eq!(c.offer(notice(NoticeKind::Block, "b", "2"), t + 1_000), None);
-        assert_eq!(c.offer(notice(NoticeKind::Block, "c", "3"), t + 2_000), None);
-        assert_eq!(c.offer(notice(NoticeKind::Block, "d", "4"), t + 3_000), None);
+        assert_eq!(
+            first.map(|r| r.body),
+            Some("1".to_string()),
+            "first goes out at once"
+        );
+        assert_eq!(
+            c.offer(notice(NoticeKind::Block, "b", "2"), t + 1_000),
+            None
+        );
+        assert_eq!(
+            c.offer(notice(NoticeKind::Block, "c", "3"), t + 2_000),
+            None
+        );
+        assert_eq!(
+            c.offer(notice(NoticeKind::Block, "d", "4"), t + 3_000),
+            None
+        );
         // another kind has its own budget
         assert!(c
             .offer(notice(NoticeKind::InputRequest, "e", "?"), t + 3_000)
@@ -379,15 +401,22 @@ mod tests {
         assert_eq!(due[0].route, NoticeKind::Block.list_route());
         assert!(c.due(t + 30_000).is_empty(), "nothing left");
         // the flush started a new window
-        assert_eq!(c.offer(notice(NoticeKind::Block, "f", "6"), t + 15_000), None);
+        assert_eq!(
+            c.offer(notice(NoticeKind::Block, "f", "6"), t + 15_000),
+            None
+        );
         assert_eq!(c.due(t + 20_000).len(), 1);
-        assert!(c.offer(notice(NoticeKind::Block, "g", "7"), t + 30_000).is_some());
+        assert!(c
+            .offer(notice(NoticeKind::Block, "g", "7"), t + 30_000)
+            .is_some());
     }
 
     #[test]
     fn a_quiet_kind_is_not_delayed() {
         let mut c = Coalescer::default();
-        assert!(c.offer(notice(NoticeKind::ToolChanged, "a", ""), 0).is_some());
+        assert!(c
+            .offer(notice(NoticeKind::ToolChanged, "a", ""), 0)
+            .is_some());
         assert!(c
             .offer(notice(NoticeKind::ToolChanged, "a", ""), WINDOW_MS)
             .is_some());

@@ -119,7 +119,10 @@ fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) 
         if let Some(v) = f() {
             return v;
         }
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -156,7 +159,11 @@ fn processes_of(exe: &Path) -> Vec<u32> {
     let want = std::fs::canonicalize(exe).unwrap_or_else(|_| exe.to_path_buf());
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
             continue;
         };
         if let Ok(target) = std::fs::read_link(entry.path().join("exe")) {
@@ -225,13 +232,9 @@ impl TrayMenu<'_> {
         .unwrap();
         let menu: zbus::zvariant::OwnedObjectPath =
             item.get_property("Menu").expect("tray item exports a Menu");
-        let proxy = zbus::blocking::Proxy::new(
-            conn,
-            service.to_string(),
-            menu,
-            "com.canonical.dbusmenu",
-        )
-        .unwrap();
+        let proxy =
+            zbus::blocking::Proxy::new(conn, service.to_string(), menu, "com.canonical.dbusmenu")
+                .unwrap();
         TrayMenu { proxy }
     }
 
@@ -283,10 +286,62 @@ async fn text_of(c: &Client, css: &str) -> String {
         .unwrap()
 }
 
+/// Screenshot of the X display (what a person would see) and, for
+/// comparison, WebDriver's own snapshot of the page (`*-webdriver.png`).
 async fn screenshot(c: &Client, name: &str) {
     let png = c.screenshot().await.expect("screenshot");
     assert!(png.starts_with(b"\x89PNG"), "WebDriver returned a PNG");
-    std::fs::write(artifacts().join(name), png).unwrap();
+    let stem = name.trim_end_matches(".png");
+    std::fs::write(artifacts().join(format!("{stem}-webdriver.png")), png).unwrap();
+    let status = Command::new("import")
+        .args(["-window", "root"])
+        .arg(artifacts().join(name))
+        .status()
+        .expect("ImageMagick import on PATH");
+    assert!(status.success(), "X screenshot");
+}
+
+/// Records what a `gatehouse wrap` process records when it blocks a call:
+/// a protected server and a critical block event.
+async fn record_block(home: &Path) -> i64 {
+    use gatehouse_store::{Action, NewEvent, NewServer, Severity, Store, StoreOptions};
+    let store = Store::open(home, StoreOptions::default())
+        .await
+        .expect("open the app's database");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    store
+        .register_protected_server(
+            &NewServer {
+                id: "srv-e2e-1".into(),
+                display_name: "evil\u{202E}-github".into(),
+                client: "cursor".into(),
+                config_path: "/tmp/mcp.json".into(),
+                scope: "user".into(),
+                entry_name: "github".into(),
+                command_hash: "0".repeat(64),
+                argv_json: r#"["npx","github-mcp"]"#.into(),
+                cwd: None,
+            },
+            now,
+        )
+        .await
+        .expect("register server");
+    let mut event = NewEvent::new(
+        now,
+        "mcp_cross_server_blocked",
+        Action::Block,
+        Severity::Critical,
+        "private data read from one server sent to another",
+    );
+    event.server_id = Some("srv-e2e-1".into());
+    event.tool = Some("send_message".into());
+    event.rule = Some("cross_server.exfiltration".into());
+    let id = store.insert_event(&event).await.expect("insert event");
+    store.close().await;
+    id
 }
 
 // ---------------------------------------------------------------- the test
@@ -314,7 +369,10 @@ async fn tray_app_end_to_end() {
         .unwrap()
         .serve_at("/StatusNotifierWatcher", Watcher(seen.clone()))
         .unwrap()
-        .serve_at("/org/freedesktop/Notifications", Notifications(seen.clone()))
+        .serve_at(
+            "/org/freedesktop/Notifications",
+            Notifications(seen.clone()),
+        )
         .unwrap()
         .build()
         .expect("own the watcher and notification names (is another desktop on this bus?)");
@@ -340,7 +398,12 @@ async fn tray_app_end_to_end() {
     let native = free_port();
     let driver = Driver(
         Command::new("tauri-driver")
-            .args(["--port", &port.to_string(), "--native-port", &native.to_string()])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--native-port",
+                &native.to_string(),
+            ])
             .env("GATEHOUSE_HOME", &home)
             .env("GATEHOUSE_APP_FIXTURE", &fixture)
             .env("XDG_DATA_HOME", xdg.join("data"))
@@ -378,7 +441,18 @@ async fn tray_app_end_to_end() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(summary, "Gatehouse — protected", "status command answered");
+    tokio::time::sleep(Duration::from_millis(500)).await; // let WebKit paint
     screenshot(&client, "tray-status.png").await;
+
+    // the stable launcher was written and points at the CLI beside the app
+    let launcher = xdg.join("data/gatehouse/bin/gatehouse");
+    let script = std::fs::read_to_string(&launcher).expect("launcher installed");
+    let cli = Path::new(APP).with_file_name("gatehouse");
+    assert!(
+        script.contains(&format!("GATEHOUSE_CLI='{}'", cli.display())),
+        "launcher targets {}: {script}",
+        cli.display()
+    );
 
     // 2. protect Cursor from the window
     client
@@ -407,10 +481,14 @@ async fn tray_app_end_to_end() {
         "Start at login",
         "Quit Gatehouse",
     ] {
-        assert!(labels.iter().any(|l| l == want), "tray menu lacks {want:?}: {labels:?}");
+        assert!(
+            labels.iter().any(|l| l == want),
+            "tray menu lacks {want:?}: {labels:?}"
+        );
     }
     let cursor = wait_for("Cursor checked in the tray", STEP, || {
-        menu.find("Cursor (2 servers)").filter(|e| e.toggle == Some(1))
+        menu.find("Cursor (2 servers)")
+            .filter(|e| e.toggle == Some(1))
     });
     assert_eq!(cursor.toggle, Some(1), "window and tray agree");
     menu.click("Claude Desktop (1 server)");
@@ -418,20 +496,21 @@ async fn tray_app_end_to_end() {
         client_protected(&fixture, "claude-desktop").then_some(())
     });
 
-    // 4. a blocked call notifies, naming the server (bidi override stripped)
-    std::fs::write(
-        fixture.join("notices.jsonl"),
-        format!(
-            "{}\n",
-            json!({"kind": "block", "server": "evil\u{202E}-github", "detail": "critical · secret egress · tool send_message", "route": "/events/42"})
-        ),
-    )
-    .unwrap();
+    // 4. a wrap process records a critical block in the shared database: the
+    //    app notifies, naming the server (its bidi override stripped)
+    let event_id = record_block(&home).await;
     let (note_id, summary, body) = wait_for("a notification", STEP, || {
         seen.lock().unwrap().notes.first().cloned()
     });
-    assert_eq!(summary, "Gatehouse blocked evil-github", "names the server, no bidi");
-    assert_eq!(body, "critical · secret egress · tool send_message");
+    assert_eq!(
+        summary, "Gatehouse blocked evil-github",
+        "names the server, no bidi"
+    );
+    assert_eq!(
+        body,
+        "critical · cross_server.exfiltration · tool send_message"
+    );
+    assert!(event_id > 0);
     let menu_after = wait_for("attention shown in the tray menu", STEP, || {
         menu.find("Open dashboard (1 need attention)")
     });
@@ -454,13 +533,19 @@ async fn tray_app_end_to_end() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    assert_eq!(url.host_str(), Some("127.0.0.1"), "dashboard on loopback: {url}");
+    assert_eq!(
+        url.host_str(),
+        Some("127.0.0.1"),
+        "dashboard on loopback: {url}"
+    );
     tokio::time::sleep(Duration::from_millis(800)).await;
     screenshot(&client, "tray-dashboard.png").await;
 
     // 6. Quit from the tray: the app exits cleanly and nothing is left
     menu.click("Quit Gatehouse");
-    wait_for("the app to exit", STEP, || processes_of(Path::new(APP)).is_empty().then_some(()));
+    wait_for("the app to exit", STEP, || {
+        processes_of(Path::new(APP)).is_empty().then_some(())
+    });
     assert!(
         !home.join("control.json").exists(),
         "clean exit removes control.json (the control plane shut down in order)"
