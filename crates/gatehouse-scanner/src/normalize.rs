@@ -387,6 +387,47 @@ pub fn hidden_layers(raw: &str) -> Vec<Layer> {
     variation_selector_layer(raw, &mut layers);
     bidi_layer(raw, &mut layers);
     encoded_layers(raw, &mut layers, 0);
+    // Encodings disguised with invisibles, full-width forms or look-alikes:
+    // decode a case-preserving folded copy too.
+    if !raw.is_ascii() {
+        let folded = fold_raw(raw);
+        if folded != raw {
+            let mut extra = Vec::new();
+            encoded_layers(&folded, &mut extra, 0);
+            for mut l in extra {
+                l.raw_span = 0..raw.len();
+                layers.push(l);
+            }
+        }
+    }
+    // One more layer under whatever was decoded (base64 inside percent, ...).
+    let decoded: Vec<String> = layers
+        .iter()
+        .filter(|l| {
+            matches!(
+                l.kind,
+                LayerKind::Percent | LayerKind::HexEscape | LayerKind::Base32 | LayerKind::Base64
+            )
+        })
+        .map(|l| l.text.clone())
+        .collect();
+    for text in &decoded {
+        // Invisible carriers inside a decoded layer.
+        let mut hidden = Vec::new();
+        tag_layer(text, &mut hidden);
+        variation_selector_layer(text, &mut hidden);
+        bidi_layer(text, &mut hidden);
+        layers.extend(hidden.into_iter().map(|mut l| {
+            l.raw_span = 0..raw.len();
+            l
+        }));
+        let mut inner = Vec::new();
+        encoded_layers(text, &mut inner, 1);
+        layers.extend(inner.into_iter().map(|mut l| {
+            l.raw_span = 0..raw.len();
+            l
+        }));
+    }
     if contains_ci(raw, "rot13") || contains_ci(raw, "rot-13") || contains_ci(raw, "rot 13") {
         layers.push(Layer {
             kind: LayerKind::Rot13,
@@ -396,6 +437,25 @@ pub fn hidden_layers(raw: &str) -> Vec<Layer> {
     }
     layers.truncate(MAX_LAYERS);
     layers
+}
+
+/// Full-width ASCII to ASCII, look-alikes to Latin (case kept), invisibles
+/// dropped: what an encoded blob looked like before it was disguised.
+fn fold_raw(raw: &str) -> String {
+    raw.chars()
+        .filter(|c| !is_invisible(*c))
+        .map(|c| match c as u32 {
+            0xFF01..=0xFF5E => char::from_u32(c as u32 - 0xFEE0).unwrap_or(c),
+            _ => {
+                let lower: Vec<char> = c.to_lowercase().collect();
+                match (lower.as_slice(), confusable(lower[0])) {
+                    ([l], Some(f)) if c != *l => f.to_ascii_uppercase(),
+                    (_, Some(f)) => f,
+                    _ => c,
+                }
+            }
+        })
+        .collect()
 }
 
 fn contains_ci(hay: &str, needle: &str) -> bool {
@@ -537,7 +597,7 @@ fn looks_like_text(bytes: &[u8]) -> Option<String> {
     }
     // Natural-language-ish: has spaces or path/URL punctuation and letters.
     let letters = s.chars().filter(|c| c.is_alphabetic()).count();
-    if letters * 2 < s.chars().count() {
+    if letters * 4 < s.chars().count() {
         return None;
     }
     Some(s.to_string())
@@ -568,7 +628,7 @@ fn encoded_layers(raw: &str, out: &mut Vec<Layer>, depth: usize) {
         if run.len() >= 20 {
             let padded_run = &raw[start..end];
             if let Some(text) = decode_b64(run) {
-                let nested = depth == 0 && text.len() >= 20;
+                let nested = depth == 0 && text.len() >= 8;
                 out.push(Layer {
                     kind: LayerKind::Base64,
                     text: text.clone(),

@@ -48,7 +48,7 @@ fn tricky() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
 
     #[test]
     fn normalizer_never_panics_and_maps_in_bounds(s in tricky()) {

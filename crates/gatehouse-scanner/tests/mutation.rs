@@ -101,6 +101,26 @@ fn payload(v: &Value) -> String {
     best
 }
 
+/// Applies `m` to every string value except JSON-schema keywords' values.
+fn map_strings(v: &Value, m: fn(&str) -> String) -> Value {
+    match v {
+        Value::String(s) => Value::String(m(s)),
+        Value::Array(a) => Value::Array(a.iter().map(|x| map_strings(x, m)).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, x)| {
+                    let keep = matches!(
+                        k.as_str(),
+                        "type" | "required" | "name" | "$schema" | "format"
+                    );
+                    (k.clone(), if keep { x.clone() } else { map_strings(x, m) })
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
 fn scanner() -> Scanner {
     Scanner::new(ScannerConfig::default()).expect("rules compile")
 }
@@ -145,11 +165,16 @@ fn re_encoded_definitions_stay_flagged() {
         let name = tool["name"].as_str().unwrap_or("t");
         for (mname, m) in MUTATIONS {
             total += 1;
-            let mutated =
-                json!({"name": name, "description": m(&text), "inputSchema": {"type": "object"}});
+            // Re-encode every string of the definition in place.
+            let mutated = map_strings(tool, *m);
             if !sc.scan_tool(&mutated).is_flagged() {
                 missed.push(format!("{} {mname}", item["id"]));
             }
+        }
+        // Moving/splitting applies when the longest string carries the attack.
+        let alone = json!({"name": name, "description": text, "inputSchema": {"type": "object"}});
+        if !sc.scan_tool(&alone).is_flagged() {
+            continue;
         }
         // Moved into a nested schema field.
         total += 1;
