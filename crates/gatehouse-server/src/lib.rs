@@ -85,9 +85,26 @@ impl ServerConfig {
     }
 }
 
+impl ServerConfig {
+    /// The usual configuration for `home`: opens (and migrates) the shared
+    /// database with the control-plane profile and loads the per-install
+    /// MAC key (creating it on first use). No vault: set
+    /// [`ServerConfig::vault`] when a keyring is reachable.
+    pub async fn open(home: PathBuf) -> Result<Self, ServeError> {
+        let store = Store::open(&home, gatehouse_store::StoreOptions::control_plane())
+            .await
+            .map_err(|e| ServeError::Store(e.to_string()))?;
+        let mac_key = control::install_key(&home).map_err(|e| ServeError::Store(e.to_string()))?;
+        Ok(ServerConfig::new(home, store, mac_key))
+    }
+}
+
 /// Errors starting the server.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// The database or install key could not be opened.
+    #[error("cannot open Gatehouse state: {0}")]
+    Store(String),
     /// Could not bind 127.0.0.1:port.
     #[error("cannot listen on 127.0.0.1:{port}: {source}")]
     Bind {

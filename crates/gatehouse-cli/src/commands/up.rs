@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use gatehouse_server::control::{self, Acquired, ControlInfo};
 use gatehouse_server::ServerConfig;
-use gatehouse_store::{home, Store, StoreOptions};
+use gatehouse_store::home;
 
 #[derive(clap::Args)]
 pub struct UpArgs {
@@ -108,11 +108,8 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let store = Store::open(&home, StoreOptions::control_plane())
-            .await
-            .context("opening the database")?;
-        let mac_key = control::install_key(&home)?;
-        let mut config = ServerConfig::new(home.clone(), store.clone(), mac_key);
+        let mut config = ServerConfig::open(home.clone()).await?;
+        let store = config.store.clone();
         config.port = args.port;
         config.vault = probe_vault().await;
         let mut handle = gatehouse_server::serve(config).await?;
@@ -174,7 +171,18 @@ async fn shutdown_signal() {
 
 pub fn run_dashboard(args: DashboardArgs) -> anyhow::Result<ExitCode> {
     let home = home::resolve(args.home.as_deref());
-    let info = control::read_control(&home)?;
+    // A leftover control.json from a crashed run must not be trusted: only
+    // a process holding the lock is a running control plane.
+    let info = match control::acquire(&home)? {
+        Acquired::Mine(lock) => {
+            drop(lock);
+            bail!(
+                "no control plane is running for {} (start one with `gatehouse up`)",
+                home.display()
+            );
+        }
+        Acquired::Running(info) => wait_for_running(&home, info)?,
+    };
     let url = control::request_signin_url(&info)
         .context("asking the running control plane for a sign-in link")?;
     announce(&url, args.open);

@@ -124,25 +124,51 @@ pub(crate) async fn query(state: &AppState, q: &EventQuery) -> ApiResult<Vec<Eve
         Some(i) => SEVERITIES[i..].to_vec(),
         None => SEVERITIES.to_vec(),
     };
-    let sev_list = serde_json::to_string(&allowed).expect("strings serialize");
     let nonempty = |o: &Option<String>| o.clone().filter(|s| !s.is_empty());
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT id, time_ms, last_time_ms, type, server_id, tool, action, rule, severity, reason, evidence, session, count \
-         FROM events WHERE (?1 IS NULL OR server_id = ?1) AND (?2 IS NULL OR tool = ?2) AND (?3 IS NULL OR type = ?3) \
-         AND (?4 IS NULL OR action = ?4) AND (?5 IS NULL OR time_ms >= ?5) AND (?6 IS NULL OR id < ?6) \
-         AND severity IN (SELECT value FROM json_each(?7)) ORDER BY id DESC LIMIT ?8",
-    )
-    .bind(nonempty(&q.server))
-    .bind(nonempty(&q.tool))
-    .bind(nonempty(&q.r#type))
-    .bind(nonempty(&q.action))
-    .bind(q.since)
-    .bind(q.before)
-    .bind(sev_list)
-    .bind(i64::from(limit))
-    .fetch_all(state.store.pool())
-    .await
-    .map_err(|e| ApiError::internal(format!("events query: {e}")))?;
+    // Only the filters given become clauses, so SQLite can pick the index
+    // for the one that narrows (and scan ids backwards when there is none).
+    let mut sql = String::from(
+        "SELECT id, time_ms, last_time_ms, type, server_id, tool, action, rule, severity, reason, evidence, session, count FROM events WHERE 1",
+    );
+    let mut binds: Vec<String> = Vec::new();
+    for (col, val) in [
+        ("server_id", nonempty(&q.server)),
+        ("tool", nonempty(&q.tool)),
+        ("type", nonempty(&q.r#type)),
+        ("action", nonempty(&q.action)),
+    ] {
+        if let Some(v) = val {
+            sql.push_str(&format!(" AND {col} = ?"));
+            binds.push(v);
+        }
+    }
+    if min_sev.is_some() {
+        sql.push_str(" AND severity IN (SELECT value FROM json_each(?))");
+        binds.push(serde_json::to_string(&allowed).expect("strings serialize"));
+    }
+    if q.since.is_some() {
+        sql.push_str(" AND time_ms >= ?");
+    }
+    if q.before.is_some() {
+        sql.push_str(" AND id < ?");
+    }
+    sql.push_str(" ORDER BY id DESC LIMIT ?");
+    // Safe: `sql` is assembled only from the fixed column names above; values are bound.
+    let mut query = sqlx::query_as::<_, Row>(sqlx::AssertSqlSafe(sql));
+    for b in binds {
+        query = query.bind(b);
+    }
+    if let Some(since) = q.since {
+        query = query.bind(since);
+    }
+    if let Some(before) = q.before {
+        query = query.bind(before);
+    }
+    let rows: Vec<Row> = query
+        .bind(i64::from(limit))
+        .fetch_all(state.store.pool())
+        .await
+        .map_err(|e| ApiError::internal(format!("events query: {e}")))?;
     Ok(rows.into_iter().filter_map(Row::parse).collect())
 }
 
