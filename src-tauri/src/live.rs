@@ -59,14 +59,17 @@ pub fn start() -> Result<Started, StartError> {
     })? {
         Acquired::Mine(mut lock) => {
             let (handle, opened) = tauri::async_runtime::block_on(async {
-                let config = ServerConfig::open(home.clone()).await?;
-                let opened = config.store.clone();
-                Ok::<_, gatehouse_server::ServeError>((
-                    gatehouse_server::serve(config).await?,
-                    opened,
-                ))
+                let store = Store::open(&home, StoreOptions::control_plane())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mac_key = control::install_key(&home).map_err(|e| e.to_string())?;
+                let config = ServerConfig::new(home.clone(), store.clone(), mac_key);
+                let handle = gatehouse_server::serve(config)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>((handle, store))
             })
-            .map_err(|e| StartError::Serve(e.to_string()))?;
+            .map_err(StartError::Serve)?;
             store = Some(opened);
             lock.publish(&handle.control_info())
                 .map_err(|e| StartError::Serve(e.to_string()))?;
