@@ -58,6 +58,8 @@ pub struct ServerConfig {
     pub vault: Option<Arc<dyn Vault>>,
     /// How often the event tail polls the database.
     pub poll_interval: std::time::Duration,
+    /// Where to discover AI clients' configs; `None` hides the Clients list.
+    pub client_dirs: Option<gatehouse_clients::HomeDirs>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -81,6 +83,7 @@ impl ServerConfig {
             mac_key,
             vault: None,
             poll_interval: std::time::Duration::from_millis(250),
+            client_dirs: None,
         }
     }
 }
@@ -95,7 +98,9 @@ impl ServerConfig {
             .await
             .map_err(|e| ServeError::Store(e.to_string()))?;
         let mac_key = control::install_key(&home).map_err(|e| ServeError::Store(e.to_string()))?;
-        Ok(ServerConfig::new(home, store, mac_key))
+        let mut config = ServerConfig::new(home, store, mac_key);
+        config.client_dirs = Some(gatehouse_clients::HomeDirs::from_env());
+        Ok(config)
     }
 }
 
@@ -139,6 +144,8 @@ pub struct Inner {
     pub events: broadcast::Sender<Arc<serde_json::Value>>,
     /// Clock.
     pub clock: Arc<dyn Clock>,
+    /// Where AI clients' configs are discovered.
+    pub client_dirs: Option<gatehouse_clients::HomeDirs>,
 }
 
 impl std::ops::Deref for AppState {
@@ -166,6 +173,7 @@ impl AppState {
             vault: config.vault.clone(),
             events: broadcast::channel(1024).0,
             clock: config.clock.clone(),
+            client_dirs: config.client_dirs.clone(),
         }))
     }
 

@@ -1220,3 +1220,62 @@ async fn live_stream_needs_a_single_use_ticket_and_delivers_new_events() {
     assert!(ended, "a revoked session's stream ends");
     handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn clients_are_discovered_from_the_configured_home() {
+    let home = tempfile::tempdir().unwrap();
+    let user = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(user.path().join(".cursor")).unwrap();
+    std::fs::write(
+        user.path().join(".cursor/mcp.json"),
+        r#"{ "mcpServers": { "files": { "command": "npx", "args": ["-y", "server-filesystem"], "env": { "GITHUB_TOKEN": "ghp_canary0123456789abcdefghijklmnopqrstuv" } } } }"#,
+    )
+    .unwrap();
+    let store = common::open_store(home.path()).await;
+    let mut config = common::config_for(home.path(), store);
+    config.client_dirs = Some(gatehouse_clients::HomeDirs {
+        os: gatehouse_clients::Os::Linux,
+        home: user.path().to_path_buf(),
+        config: user.path().join(".config"),
+        system_root: user.path().join("sys"),
+        env: Default::default(),
+    });
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    let state = gatehouse_server::AppState::new(&config, common::PORT, "s".into(), rx);
+    let token = state
+        .auth
+        .redeem_signin(&state.auth.mint_signin(), "t")
+        .unwrap()
+        .token;
+    use tower::ServiceExt;
+    let req = Request::builder()
+        .uri("/api/clients")
+        .header("host", HOST)
+        .header("authorization", format!("Bearer {token}"))
+        .body(Body::empty())
+        .unwrap();
+    let resp = gatehouse_server::router(state).oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = String::from_utf8(
+        axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["available"], true);
+    let cursor = v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "cursor")
+        .expect("cursor is found");
+    assert_eq!(cursor["servers"], 1, "{cursor}");
+    assert_eq!(cursor["protected"], false);
+    assert!(body.contains("GITHUB_TOKEN"), "secret names are shown");
+    assert!(
+        !body.contains("ghp_canary"),
+        "secret values never leave the config"
+    );
+}

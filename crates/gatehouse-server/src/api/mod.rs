@@ -155,12 +155,45 @@ async fn overview(State(state): State<AppState>, _who: auth::Authed) -> ApiResul
     })))
 }
 
-/// Client configs are managed by gatehouse-clients, which this build does
-/// not include yet: the list is empty and changes are refused clearly.
-async fn clients(_who: auth::Authed) -> Json<Value> {
-    Json(json!({ "available": false, "items": [] }))
+/// `GET /api/clients` — AI clients found on this computer, their config
+/// files and servers (secret names only), via gatehouse-clients.
+async fn clients(State(state): State<AppState>, _who: auth::Authed) -> ApiResult<Json<Value>> {
+    let Some(dirs) = state.client_dirs.clone() else {
+        return Ok(Json(json!({ "available": false, "items": [] })));
+    };
+    let found = tokio::task::spawn_blocking(move || gatehouse_clients::detect(&dirs, &[]))
+        .await
+        .map_err(|_| ApiError::internal("client discovery failed"))?;
+    let items: Vec<Value> = found
+        .iter()
+        .map(|c| {
+            let servers: usize = c.files.iter().map(|f| f.servers.len()).sum();
+            let protected: usize = c
+                .files
+                .iter()
+                .flat_map(|f| &f.servers)
+                .filter(|s| s.protected.is_some())
+                .count();
+            json!({
+                "id": c.key,
+                "name": c.name,
+                "files": c.files,
+                "blockers": c.blockers,
+                "reload": c.reload,
+                "servers": servers,
+                "protected_servers": protected,
+                "protected": servers > 0 && protected == servers,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "available": true, "items": items })))
 }
 
+/// Protecting rewrites config files and moves secrets into the keyring; it
+/// is done by `gatehouse protect` / `unprotect` until the dashboard hosts
+/// the protector.
 async fn clients_change(_who: auth::Authed) -> ApiError {
-    ApiError::Unavailable("protecting clients")
+    ApiError::Unavailable(
+        "protecting clients from the dashboard (use `gatehouse protect` / `gatehouse unprotect`)",
+    )
 }
