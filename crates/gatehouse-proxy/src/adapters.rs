@@ -14,6 +14,8 @@ fn findings(report: Report) -> Vec<Finding> {
     report
         .findings
         .into_iter()
+        // Info means "recorded, no action": not a finding for the engine.
+        .filter(|f| f.severity > gatehouse_scanner::Severity::Info)
         .map(|f| Finding {
             rule: f.rule_id,
             family: f.family.as_str().to_string(),
