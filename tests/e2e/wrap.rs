@@ -394,16 +394,44 @@ fn unparseable_server_line_is_dropped_and_recorded() {
     );
 }
 
-/// wrap with piped stdio around `argv`, for the lifetime tests.
-fn spawn_wrap(sb: &Sandbox, argv: &[String]) -> std::process::Child {
-    Command::new(&argv[0])
-        .args(&argv[1..])
-        .envs(sb.envs())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn gatehouse wrap")
+/// A child process killed (and reaped) when the test ends, pass or panic.
+struct Reaped(std::process::Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// wrap with piped stdio around `argv`, for the lifetime tests; stderr is
+/// discarded so a leaked process can never hold the test runner's output.
+fn spawn_wrap(sb: &Sandbox, argv: &[String]) -> Reaped {
+    Reaped(
+        Command::new(&argv[0])
+            .args(&argv[1..])
+            .envs(sb.envs())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn gatehouse wrap"),
+    )
 }
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e","version":"0"}}}"#;
@@ -513,4 +541,74 @@ fn server_exit_code_propagates_through_wrap() {
     };
     assert_eq!(status.code(), Some(3), "the server's exit code is wrap's");
     drop(stdin);
+}
+
+/// A client may pipeline requests (send many before reading answers). wrap
+/// must keep reading the server while the server is slow to read its stdin,
+/// or both block on full pipes forever.
+#[test]
+fn pipelined_requests_do_not_deadlock() {
+    const CALLS: u64 = 5000;
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let argv = sb.wrap_argv("pipelined", &[], &peers.py_server("raw_server.py", &[]));
+    let mut wrap = spawn_wrap(&sb, &argv);
+    let mut stdin = wrap.stdin.take().unwrap();
+    let stdout = wrap.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let payload = "p".repeat(1024);
+    let writer = std::thread::spawn(move || {
+        writeln!(stdin, "{INIT}")?;
+        writeln!(
+            stdin,
+            r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+        )?;
+        writeln!(stdin, r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list"}}"#)?;
+        for id in 10..10 + CALLS {
+            let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": payload}}});
+            writeln!(stdin, "{call}")?;
+        }
+        stdin.flush()?;
+        Ok::<_, std::io::Error>(stdin)
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut answered = 0;
+    while answered < CALLS {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = rx.recv_timeout(left) else {
+            let _ = wrap.kill();
+            let _ = wrap.wait();
+            panic!("wrap stalled: {answered} of {CALLS} pipelined calls answered within 60 s");
+        };
+        let v: Value = serde_json::from_str(&line).expect("wrap writes JSON lines");
+        if v["id"].as_u64().is_some_and(|id| id >= 10) {
+            assert_eq!(
+                result_text(&v["result"]).len(),
+                4096,
+                "echo came back whole"
+            );
+            answered += 1;
+        }
+    }
+    drop(
+        writer
+            .join()
+            .expect("writer thread")
+            .expect("writes to wrap"),
+    );
+    let status = wrap.wait().expect("wrap exits after stdin EOF");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "clean exit after the client closed stdin"
+    );
 }
