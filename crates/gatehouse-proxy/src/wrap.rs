@@ -57,6 +57,9 @@ pub enum WrapError {
 const MAC_KEY_FILE: &str = "install.key";
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 const STOP_GRACE: Duration = Duration::from_secs(3);
+/// Free slots the server queue must have before another client frame is read
+/// (one client frame yields at most a handful of server frames).
+const SERVER_QUEUE_HEADROOM: usize = 16;
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -282,8 +285,15 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 None => std::future::pending().await,
             }
         };
+        // Read the client only while the server's queue has room, so the
+        // loop never waits on a send while the server waits on us to drain
+        // its output (a pipelining client would otherwise deadlock wrap).
+        let room = to_server
+            .as_ref()
+            .is_none_or(|t| t.capacity() >= SERVER_QUEUE_HEADROOM);
         let outputs = tokio::select! {
-            line = client_lines.recv(), if client_open => match line {
+            _ = tokio::time::sleep(Duration::from_millis(2)), if client_open && !room => Vec::new(),
+            line = client_lines.recv(), if client_open && room => match line {
                 Some(Line::Frame(bytes)) => relay.on_client_frame(parse_frame(bytes), now_ms()),
                 Some(Line::Oversized(n)) => vec![oversized_event("client", n, max_frame)],
                 Some(Line::Eof) | None => {
