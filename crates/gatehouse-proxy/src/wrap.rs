@@ -54,7 +54,6 @@ pub enum WrapError {
     Io(#[from] std::io::Error),
 }
 
-const MAC_KEY_FILE: &str = "install.key";
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 const STOP_GRACE: Duration = Duration::from_secs(3);
 /// Free slots the server queue must have before another client frame is read
@@ -83,9 +82,14 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             None
         }
     };
-    let recorder = Recorder::start(store.clone(), opts.server_id.clone(), session.clone());
-    let policy = load_policy(&home_dir, store.as_ref(), &recorder).await;
     let (mac_key, fingerprint_key) = load_mac_key(&home_dir)?;
+    let recorder = Recorder::start(
+        store.clone(),
+        mac_key.clone(),
+        opts.server_id.clone(),
+        session.clone(),
+    );
+    let policy = load_policy(&home_dir, store.as_ref(), &recorder).await;
 
     // Identity: the id is bound to the launch command the first time.
     let command_hash = launch_command_hash(&opts.argv);
@@ -508,7 +512,7 @@ enum Record {
 }
 
 impl Recorder {
-    fn start(store: Option<Store>, server_id: String, session: String) -> Recorder {
+    fn start(store: Option<Store>, key: MacKey, server_id: String, session: String) -> Recorder {
         let (tx, mut rx) = mpsc::unbounded_channel::<Record>();
         tokio::spawn(async move {
             while let Some(record) = rx.recv().await {
@@ -539,7 +543,7 @@ impl Recorder {
                         }
                     }
                     (Record::Pin(pin_server, update), Some(store)) => {
-                        if let Err(err) = persist_pin(store, &pin_server, update).await {
+                        if let Err(err) = persist_pin(store, &key, &pin_server, update).await {
                             warn!(%err, "could not persist a pin");
                         }
                     }
@@ -581,14 +585,11 @@ fn store_action(action: gatehouse_engine::Action) -> gatehouse_store::Action {
 
 async fn persist_pin(
     store: &Store,
+    key: &MacKey,
     server_id: &str,
     update: PinUpdate,
 ) -> gatehouse_store::Result<()> {
     let now = now_ms() as i64;
-    let key = MAC_KEY
-        .get()
-        .cloned()
-        .unwrap_or_else(|| MacKey::new([0; 32]));
     let seen = |tool: &str, hash: &str, definition: &serde_json::Value| gatehouse_store::SeenTool {
         server_id: server_id.to_string(),
         name: tool.to_string(),
@@ -603,10 +604,10 @@ async fn persist_pin(
             definition,
         } => {
             store
-                .record_seen_tool(&key, &seen(&tool, &hash, &definition), now)
+                .record_seen_tool(key, &seen(&tool, &hash, &definition), now)
                 .await?;
             store
-                .approve_tool(&key, server_id, &tool, &hash, now)
+                .approve_tool(key, server_id, &tool, &hash, now)
                 .await?;
         }
         PinUpdate::Hold {
@@ -616,10 +617,10 @@ async fn persist_pin(
             ..
         } => {
             store
-                .record_seen_tool(&key, &seen(&tool, &hash, &definition), now)
+                .record_seen_tool(key, &seen(&tool, &hash, &definition), now)
                 .await?;
             store
-                .hold_tool(&key, server_id, &tool, &hash, HoldState::Held, None, now)
+                .hold_tool(key, server_id, &tool, &hash, HoldState::Held, None, now)
                 .await?;
         }
         PinUpdate::Quarantine {
@@ -629,12 +630,12 @@ async fn persist_pin(
             findings,
         } => {
             store
-                .record_seen_tool(&key, &seen(&tool, &hash, &definition), now)
+                .record_seen_tool(key, &seen(&tool, &hash, &definition), now)
                 .await?;
             let findings = findings.to_string();
             store
                 .hold_tool(
-                    &key,
+                    key,
                     server_id,
                     &tool,
                     &hash,
@@ -649,64 +650,16 @@ async fn persist_pin(
     Ok(())
 }
 
-static MAC_KEY: std::sync::OnceLock<MacKey> = std::sync::OnceLock::new();
-
-/// The per-install MAC key: a 0600 file in GATEHOUSE_HOME. Where the OS
-/// keyring has per-app ACLs it would be a real barrier; a file is a speed
-/// bump against same-user code (DESIGN §6, documented in ARCHITECTURE.md).
+/// The per-install MAC key (shared with the CLI and the control plane) and
+/// a key derived from it for credential fingerprints in scanner evidence.
 pub fn load_mac_key(home_dir: &Path) -> std::io::Result<(MacKey, [u8; 32])> {
-    let path = home_dir.join(MAC_KEY_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) if bytes.len() == 32 => bytes,
-        _ => {
-            let mut seed = Sha256::new();
-            seed.update(now_ms().to_le_bytes());
-            seed.update(std::process::id().to_le_bytes());
-            seed.update(random_bytes()?);
-            let bytes = seed.finalize().to_vec();
-            let tmp = home_dir.join(format!("{MAC_KEY_FILE}.{}", std::process::id()));
-            std::fs::write(&tmp, &bytes)?;
-            home::make_private_file(&tmp)?;
-            // First writer wins; a racing process re-reads the winner's key.
-            if std::fs::hard_link(&tmp, &path).is_err() {
-                let _ = std::fs::remove_file(&tmp);
-                return load_mac_key(home_dir);
-            }
-            let _ = std::fs::remove_file(&tmp);
-            bytes
-        }
-    };
-    let key = MacKey::from_slice(&bytes).ok_or_else(|| std::io::Error::other("bad install key"))?;
-    let _ = MAC_KEY.set(key.clone());
-    // A separate key for credential fingerprints in scanner evidence.
+    let bytes = home::install_key(home_dir)?;
     let fingerprint: [u8; 32] = Sha256::new()
         .chain_update(b"gatehouse.fingerprint.v1")
-        .chain_update(&bytes)
+        .chain_update(bytes)
         .finalize()
         .into();
-    Ok((key, fingerprint))
-}
-
-/// 32 bytes from the OS random source.
-#[cfg(unix)]
-fn random_bytes() -> std::io::Result<[u8; 32]> {
-    use std::io::Read;
-    let mut buf = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
-    Ok(buf)
-}
-
-#[cfg(not(unix))]
-fn random_bytes() -> std::io::Result<[u8; 32]> {
-    // Windows: std's HashMap seed comes from the OS RNG (BCryptGenRandom).
-    use std::hash::{BuildHasher, Hasher};
-    let mut out = [0u8; 32];
-    for chunk in out.chunks_mut(8) {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(now_ms());
-        chunk.copy_from_slice(&h.finish().to_le_bytes());
-    }
-    Ok(out)
+    Ok((MacKey::new(bytes), fingerprint))
 }
 
 async fn load_pins(store: &Store, key: &MacKey, server_id: &str) -> PinTable {

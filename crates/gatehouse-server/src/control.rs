@@ -166,37 +166,15 @@ impl Drop for ControlLock {
 }
 
 /// File in `GATEHOUSE_HOME` holding the per-install MAC key (0600).
-pub const INSTALL_KEY_FILE: &str = "install.key";
+pub use gatehouse_store::home::INSTALL_KEY_FILE;
 
 /// Loads the per-install MAC key for pins and modes, creating it (32
 /// random bytes, 0600, first writer wins) if missing. `gatehouse wrap`
 /// must use the same key, or approvals made here will not verify there.
 pub fn install_key(home: &Path) -> Result<gatehouse_store::MacKey, ControlError> {
-    gatehouse_store::home::ensure_private_dir(home).map_err(io("creating", home))?;
-    let path = home.join(INSTALL_KEY_FILE);
-    for _ in 0..3 {
-        if let Ok(bytes) = std::fs::read(&path) {
-            if let Some(key) = gatehouse_store::MacKey::from_slice(&bytes) {
-                return Ok(key);
-            }
-        }
-        let mut bytes = [0u8; 32];
-        getrandom::fill(&mut bytes)
-            .map_err(|e| io("generating", &path)(std::io::Error::other(e.to_string())))?;
-        let tmp = home.join(format!("{INSTALL_KEY_FILE}.{}.tmp", std::process::id()));
-        let mut f = open_private(&tmp, true).map_err(io("writing", &tmp))?;
-        f.write_all(&bytes)
-            .and_then(|_| f.sync_all())
-            .map_err(io("writing", &tmp))?;
-        drop(f);
-        // hard_link fails if another process created the key first: re-read theirs.
-        let linked = std::fs::hard_link(&tmp, &path).is_ok();
-        let _ = std::fs::remove_file(&tmp);
-        if linked {
-            return Ok(gatehouse_store::MacKey::new(bytes));
-        }
-    }
-    Err(ControlError::Malformed(path))
+    gatehouse_store::home::install_key(home)
+        .map(gatehouse_store::MacKey::new)
+        .map_err(io("reading or creating", &home.join(INSTALL_KEY_FILE)))
 }
 
 /// Reads `control.json` from `home`.

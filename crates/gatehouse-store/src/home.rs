@@ -75,6 +75,41 @@ pub fn make_private_file(path: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// File in `GATEHOUSE_HOME` holding the per-install key (32 random bytes).
+pub const INSTALL_KEY_FILE: &str = "install.key";
+
+/// The per-install key that MACs approval rows, shared by wrap, the CLI and
+/// the control plane: read from `install.key` (0600), created on first use.
+/// Of processes racing to create it, the first link wins and the others
+/// re-read the winner's key. A file is a speed bump against same-user code,
+/// not a barrier (DESIGN §6).
+pub fn install_key(home: &Path) -> io::Result<[u8; 32]> {
+    ensure_private_dir(home)?;
+    let path = home.join(INSTALL_KEY_FILE);
+    for _ in 0..3 {
+        if let Ok(bytes) = std::fs::read(&path) {
+            if let Ok(key) = <[u8; 32]>::try_from(bytes.as_slice()) {
+                return Ok(key);
+            }
+        }
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).map_err(|e| io::Error::other(e.to_string()))?;
+        let tmp = home.join(format!("{INSTALL_KEY_FILE}.{}.tmp", std::process::id()));
+        std::fs::write(&tmp, key)?;
+        make_private_file(&tmp)?;
+        // hard_link fails if another process created the key first.
+        let linked = std::fs::hard_link(&tmp, &path).is_ok();
+        let _ = std::fs::remove_file(&tmp);
+        if linked {
+            return Ok(key);
+        }
+    }
+    Err(io::Error::other(format!(
+        "{} is not a 32-byte key",
+        path.display()
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +117,16 @@ mod tests {
     #[test]
     fn explicit_home_wins() {
         assert_eq!(resolve(Some(Path::new("/x/y"))), PathBuf::from("/x/y"));
+    }
+
+    #[test]
+    fn install_key_is_created_once_and_reused() {
+        let tmp = std::env::temp_dir().join(format!("gh-key-test-{}", std::process::id()));
+        let first = install_key(&tmp).unwrap();
+        let second = install_key(&tmp).unwrap();
+        std::fs::remove_dir_all(&tmp).unwrap();
+        assert_eq!(first, second, "every process must see the same install key");
+        assert_ne!(first, [0u8; 32]);
     }
 
     #[cfg(unix)]
