@@ -44,6 +44,31 @@ struct SeenTool {
     withheld_rule: &'static str,
 }
 
+/// Which peer sent a frame.
+#[derive(Clone, Copy)]
+enum Side {
+    Client,
+    Server,
+}
+
+impl Side {
+    /// Passing a frame on goes to the other peer.
+    fn forward(self, line: Vec<u8>) -> Output {
+        match self {
+            Side::Client => Output::ToServer(line),
+            Side::Server => Output::ToClient(line),
+        }
+    }
+
+    /// Answering a frame goes back to its sender.
+    fn answer(self, line: Vec<u8>) -> Output {
+        match self {
+            Side::Client => Output::ToClient(line),
+            Side::Server => Output::ToServer(line),
+        }
+    }
+}
+
 /// What to do with one message.
 enum Verdict {
     Forward,
@@ -129,50 +154,73 @@ impl<I: Inspector> Relay<I> {
         self.settings.audit_only = audit_only;
     }
 
+    /// Judges the messages of one frame sent by `from` and emits what to
+    /// forward (the original bytes when nothing changed) and what to answer.
+    /// A batch stays a batch on both sides; a parked message waits for the
+    /// tool list (only client requests are ever parked).
+    fn relay_messages(
+        &mut self,
+        from: Side,
+        raw: Vec<u8>,
+        batch: bool,
+        items: Vec<Message>,
+        now_ms: u64,
+        out: &mut Vec<Output>,
+    ) {
+        let mut forward = Vec::new();
+        let mut answers = Vec::new();
+        let mut untouched = true;
+        for msg in items {
+            let verdict = match from {
+                Side::Client => self.client_message(&msg, now_ms, out),
+                Side::Server => self.server_message(&msg, now_ms, out),
+            };
+            match verdict {
+                Verdict::Forward => forward.push(msg.value),
+                Verdict::Rewrite(v) => {
+                    untouched = false;
+                    forward.push(v)
+                }
+                Verdict::Answer(v) => {
+                    untouched = false;
+                    answers.push(v)
+                }
+                Verdict::Drop => untouched = false,
+                Verdict::Park => {
+                    untouched = false;
+                    self.parked.push(msg)
+                }
+            }
+        }
+        if untouched {
+            out.push(from.forward(raw));
+            return;
+        }
+        let line = |mut values: Vec<Value>| {
+            if batch {
+                to_line(&Value::Array(values))
+            } else {
+                to_line(&values.swap_remove(0))
+            }
+        };
+        if !forward.is_empty() {
+            out.push(from.forward(line(forward)));
+        }
+        if !answers.is_empty() {
+            out.push(from.answer(line(answers)));
+        }
+    }
+
     // ----- client → server -------------------------------------------------
 
     pub fn on_client_frame(&mut self, frame: Frame, now_ms: u64) -> Vec<Output> {
         let mut out = Vec::new();
         match frame.body {
-            FrameBody::Single(msg) => match self.client_message(&msg, now_ms, &mut out) {
-                Verdict::Forward => out.push(Output::ToServer(frame.raw)),
-                Verdict::Rewrite(v) => out.push(Output::ToServer(to_line(&v))),
-                Verdict::Answer(v) => out.push(Output::ToClient(to_line(&v))),
-                Verdict::Drop => {}
-                Verdict::Park => self.parked.push(msg),
-            },
+            FrameBody::Single(msg) => {
+                self.relay_messages(Side::Client, frame.raw, false, vec![msg], now_ms, &mut out)
+            }
             FrameBody::Batch(items) => {
-                let mut forward = Vec::new();
-                let mut answers = Vec::new();
-                let mut untouched = true;
-                for msg in items {
-                    match self.client_message(&msg, now_ms, &mut out) {
-                        Verdict::Forward => forward.push(msg.value),
-                        Verdict::Rewrite(v) => {
-                            untouched = false;
-                            forward.push(v)
-                        }
-                        Verdict::Answer(v) => {
-                            untouched = false;
-                            answers.push(v)
-                        }
-                        Verdict::Drop => untouched = false,
-                        Verdict::Park => {
-                            untouched = false;
-                            self.parked.push(msg)
-                        }
-                    }
-                }
-                if untouched {
-                    out.push(Output::ToServer(frame.raw));
-                } else {
-                    if !forward.is_empty() {
-                        out.push(Output::ToServer(to_line(&Value::Array(forward))));
-                    }
-                    if !answers.is_empty() {
-                        out.push(Output::ToClient(to_line(&Value::Array(answers))));
-                    }
-                }
+                self.relay_messages(Side::Client, frame.raw, true, items, now_ms, &mut out)
             }
             // Client→server lines Gatehouse cannot read pass through: the
             // server is the one that has to reject them.
@@ -371,40 +419,11 @@ impl<I: Inspector> Relay<I> {
     pub fn on_server_frame(&mut self, frame: Frame, now_ms: u64) -> Vec<Output> {
         let mut out = Vec::new();
         match frame.body {
-            FrameBody::Single(msg) => match self.server_message(&msg, now_ms, &mut out) {
-                Verdict::Forward => out.push(Output::ToClient(frame.raw)),
-                Verdict::Rewrite(v) => out.push(Output::ToClient(to_line(&v))),
-                Verdict::Answer(v) => out.push(Output::ToServer(to_line(&v))),
-                Verdict::Drop | Verdict::Park => {}
-            },
+            FrameBody::Single(msg) => {
+                self.relay_messages(Side::Server, frame.raw, false, vec![msg], now_ms, &mut out)
+            }
             FrameBody::Batch(items) => {
-                let mut forward = Vec::new();
-                let mut answers = Vec::new();
-                let mut untouched = true;
-                for msg in items {
-                    match self.server_message(&msg, now_ms, &mut out) {
-                        Verdict::Forward => forward.push(msg.value),
-                        Verdict::Rewrite(v) => {
-                            untouched = false;
-                            forward.push(v)
-                        }
-                        Verdict::Answer(v) => {
-                            untouched = false;
-                            answers.push(v)
-                        }
-                        Verdict::Drop | Verdict::Park => untouched = false,
-                    }
-                }
-                if untouched {
-                    out.push(Output::ToClient(frame.raw));
-                } else {
-                    if !forward.is_empty() {
-                        out.push(Output::ToClient(to_line(&Value::Array(forward))));
-                    }
-                    if !answers.is_empty() {
-                        out.push(Output::ToServer(to_line(&Value::Array(answers))));
-                    }
-                }
+                self.relay_messages(Side::Server, frame.raw, true, items, now_ms, &mut out)
             }
             FrameBody::Empty => {}
             FrameBody::Unparseable(why) => out.push(Output::Event(
@@ -510,15 +529,7 @@ impl<I: Inspector> Relay<I> {
     fn release_parked(&mut self, now_ms: u64, out: &mut Vec<Output>) {
         for msg in std::mem::take(&mut self.parked) {
             let raw = to_line(&msg.value);
-            match self.client_message(&msg, now_ms, out) {
-                Verdict::Forward => out.push(Output::ToServer(raw)),
-                Verdict::Rewrite(v) => out.push(Output::ToServer(to_line(&v))),
-                Verdict::Answer(v) => out.push(Output::ToClient(to_line(&v))),
-                Verdict::Drop => {}
-                // The list is known now; a second park cannot happen, but
-                // never lose a request.
-                Verdict::Park => self.parked.push(msg),
-            }
+            self.relay_messages(Side::Client, raw, false, vec![msg], now_ms, out);
         }
     }
 
