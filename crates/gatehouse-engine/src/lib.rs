@@ -15,6 +15,7 @@ pub mod inspect;
 pub mod launch;
 pub mod pins;
 pub mod relay;
+pub mod sensitive;
 pub mod settings;
 pub mod verdict;
 

@@ -1214,69 +1214,12 @@ fn withheld_reason(rule: &str) -> &'static str {
     }
 }
 
-/// Words that mark an elicitation field as asking for a secret.
-const SENSITIVE_WORDS: &[&str] = &[
-    "password",
-    "passwd",
-    "token",
-    "secret",
-    "key",
-    "apikey",
-    "credential",
-    "credentials",
-    "auth",
-    "private",
-    "passphrase",
-    "pin",
-    "otp",
-    "ssn",
-    "cvv",
-];
-
 /// The first requested field whose name or title looks like a secret.
 pub fn sensitive_field(params: &Value) -> Option<String> {
-    let props = params
-        .get("requestedSchema")?
-        .get("properties")?
-        .as_object()?;
-    for (name, schema) in props {
-        let title = schema
-            .get("title")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        for text in [name.as_str(), title] {
-            if words(text).any(|w| SENSITIVE_WORDS.contains(&w.as_str())) {
-                return Some(name.clone());
-            }
-        }
-    }
-    None
-}
-
-/// Lower-cased words of an identifier or title: split on non-alphanumerics
-/// and camelCase boundaries.
-fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut prev_lower = false;
-    for c in text.chars() {
-        if !c.is_alphanumeric() {
-            if !cur.is_empty() {
-                out.push(std::mem::take(&mut cur));
-            }
-            prev_lower = false;
-            continue;
-        }
-        if c.is_uppercase() && prev_lower && !cur.is_empty() {
-            out.push(std::mem::take(&mut cur));
-        }
-        prev_lower = c.is_lowercase() || c.is_ascii_digit();
-        cur.extend(c.to_lowercase());
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out.into_iter()
+    let schema = params.get("requestedSchema")?;
+    crate::sensitive::sensitive_fields(schema)
+        .into_iter()
+        .next()
 }
 
 fn to_line(value: &Value) -> Vec<u8> {
