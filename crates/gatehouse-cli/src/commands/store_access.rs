@@ -50,8 +50,7 @@ pub fn parse_age(text: &str) -> anyhow::Result<i64> {
     Ok(n * ms)
 }
 
-/// Formats unix milliseconds as local `YYYY-MM-DD HH:MM:SS` (UTC when the
-/// offset is unknown).
+/// Formats unix milliseconds as UTC `YYYY-MM-DD HH:MM:SSZ`.
 pub fn format_time(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let days = secs.div_euclid(86_400);
@@ -90,6 +89,6 @@ mod tests {
         assert_eq!(parse_age("7d").unwrap(), 604_800_000);
         assert!(parse_age("soon").is_err());
         assert_eq!(format_time(0), "1970-01-01 00:00:00Z");
-        assert_eq!(format_time(1_795_000_000_000), "2026-11-18 08:26:40Z");
+        assert_eq!(format_time(1_795_000_000_000), "2026-11-18 11:06:40Z");
     }
 }
