@@ -31,7 +31,7 @@ fn mbps(bytes: usize, d: Duration) -> f64 {
 fn main() {
     let sc = Scanner::new(ScannerConfig::default()).expect("rules compile");
     let corpus =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/tool-outputs.jsonl");
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus/tool-outputs.jsonl");
 
     // Concatenated corpus outputs, scanned one by one as results would be.
     if let Ok(text) = std::fs::read_to_string(&corpus) {

@@ -1,5 +1,6 @@
 //! Corpus regression gate: recall and false-positive rate per file and per
-//! category on `shared/corpus` (flagged = high or critical), and the expected
+//! category on `tests/corpus` (the shared scanner corpus, copied with its
+//! licences; flagged = high or critical), and the expected
 //! action of every mcp-guardbench frame as far as the scanner decides it.
 
 #![allow(clippy::print_stdout)]
@@ -11,10 +12,10 @@ use gatehouse_scanner::{Report, Scanner, ScannerConfig, Severity};
 use serde_json::Value;
 
 fn corpus_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus");
     assert!(
         dir.join("tool-definitions.jsonl").exists(),
-        "corpus not found at {} — the regression gate needs /work/shared/corpus (tool-definitions.jsonl, tool-outputs.jsonl, frames/)",
+        "corpus not found at {} — the regression gate needs tests/corpus (tool-definitions.jsonl, tool-outputs.jsonl, frames/)",
         dir.display()
     );
     dir

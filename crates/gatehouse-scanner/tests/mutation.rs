@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 fn corpus(file: &str) -> Vec<Value> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/corpus")
+        .join("../../tests/corpus")
         .join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(

@@ -30,7 +30,7 @@ fn repo_root() -> PathBuf {
 fn corpus_frames() -> Option<PathBuf> {
     let dir = std::env::var_os("GATEHOUSE_CORPUS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("../shared/corpus"))
+        .unwrap_or_else(|| repo_root().join("tests/corpus"))
         .join("frames");
     dir.is_dir().then_some(dir)
 }
