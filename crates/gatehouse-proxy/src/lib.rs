@@ -13,6 +13,7 @@
 pub mod adapters;
 pub mod child;
 pub mod lines;
+mod outbox;
 pub mod session;
 pub mod wrap;
 

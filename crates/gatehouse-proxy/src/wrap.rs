@@ -26,6 +26,7 @@ use tracing::{debug, warn};
 use crate::adapters::{BoundPolicy, ScannerInspector};
 use crate::child;
 use crate::lines::{Line, LineReader};
+use crate::outbox::Outbox;
 
 /// What `gatehouse wrap` was asked to run.
 pub struct WrapOptions {
@@ -56,9 +57,6 @@ pub enum WrapError {
 
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 const STOP_GRACE: Duration = Duration::from_secs(3);
-/// Free slots the server queue must have before another client frame is read
-/// (one client frame yields at most a handful of server frames).
-const SERVER_QUEUE_HEADROOM: usize = 16;
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -265,7 +263,8 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         ));
     }
     let mut signals = Signals::new()?;
-    let mut to_server = Some(to_server);
+    let mut client_out = Outbox::new(to_client);
+    let mut server_out = Outbox::new(to_server);
     let mut client_open = true;
     let mut stop_deadline: Option<tokio::time::Instant> = None;
     let ctx = Dispatch {
@@ -289,15 +288,19 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 None => std::future::pending().await,
             }
         };
-        // Read the client only while the server's queue has room, so the
-        // loop never waits on a send while the server waits on us to drain
-        // its output (a pipelining client would otherwise deadlock wrap).
-        let room = to_server
-            .as_ref()
-            .is_none_or(|t| t.capacity() >= SERVER_QUEUE_HEADROOM);
+        // Each side is read only while the other side's backlog is short, and
+        // sends never wait (see `Outbox`), so a pipelining client and a slow
+        // server cannot hold each other on full pipes.
         let outputs = tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(2)), if client_open && !room => Vec::new(),
-            line = client_lines.recv(), if client_open && room => match line {
+            _ = client_out.writable() => {
+                client_out.flush();
+                Vec::new()
+            }
+            _ = server_out.writable() => {
+                server_out.flush();
+                Vec::new()
+            }
+            line = client_lines.recv(), if client_open && server_out.has_room() => match line {
                 Some(Line::Frame(bytes)) => relay.on_client_frame(parse_frame(bytes), now_ms()),
                 Some(Line::Oversized(n)) => vec![oversized_event("client", n, max_frame)],
                 Some(Line::Eof) | None => {
@@ -305,7 +308,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                     Vec::new()
                 }
             },
-            line = server_lines.recv() => match line {
+            line = server_lines.recv(), if client_out.has_room() => match line {
                 Some(Line::Frame(bytes)) => relay.on_server_frame(parse_frame(bytes), now_ms()),
                 Some(Line::Oversized(n)) => vec![oversized_event("server", n, max_frame)],
                 Some(Line::Eof) | None => break None,
@@ -329,17 +332,21 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 break Some(128 + sig);
             }
         };
-        ctx.dispatch(outputs, &to_client, to_server.as_ref()).await;
-        if !client_open && to_server.is_some() && !relay.has_outstanding_work() {
+        ctx.dispatch(outputs, &mut client_out, &mut server_out);
+        if !client_open
+            && server_out.is_open()
+            && server_out.is_idle()
+            && !relay.has_outstanding_work()
+        {
             // The client is gone and our own requests are answered: close the
             // server's stdin and give it a moment to finish on its own.
-            to_server = None;
+            server_out.close();
             stop_deadline = Some(tokio::time::Instant::now() + STOP_GRACE);
         }
     };
 
-    drop(to_server);
-    drop(to_client);
+    drop(server_out);
+    client_out.finish().await;
     let _ = client_writer.await;
     let _ = server_writer.await;
     let code = match exit {
@@ -387,22 +394,11 @@ struct Dispatch<'a> {
 }
 
 impl Dispatch<'_> {
-    async fn dispatch(
-        &self,
-        outputs: Vec<Output>,
-        to_client: &mpsc::Sender<Vec<u8>>,
-        to_server: Option<&mpsc::Sender<Vec<u8>>>,
-    ) {
+    fn dispatch(&self, outputs: Vec<Output>, client: &mut Outbox, server: &mut Outbox) {
         for output in outputs {
             match output {
-                Output::ToClient(bytes) => {
-                    let _ = to_client.send(bytes).await;
-                }
-                Output::ToServer(bytes) => {
-                    if let Some(tx) = to_server {
-                        let _ = tx.send(bytes).await;
-                    }
-                }
+                Output::ToClient(bytes) => client.push(bytes),
+                Output::ToServer(bytes) => server.push(bytes),
                 Output::Event(event) => self.recorder.event(event),
                 Output::Persist(update) => self.recorder.persist(self.pin_server_id, update),
             }
