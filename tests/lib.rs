@@ -6,7 +6,8 @@
 //! test with the command to run), [`gatehouse_bin`] (builds the debug binary
 //! once per test process), [`Sandbox`] (a private `GATEHOUSE_HOME` and `HOME`
 //! per test), [`Driver`] (the Python `mcp` client driven one JSON command per
-//! line, see `tests/clients/driver.py`).
+//! line, see `tests/clients/driver.py`), [`spawn_wrap`] / [`Reaped`] (wrap
+//! on raw pipes, killed when dropped), [`wait_until`] (poll a condition).
 //!
 //! **Invariant:** nothing here skips silently: every missing prerequisite is
 //! a panic that says how to provide it; no test shares state with another
@@ -22,12 +23,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 /// How long one driver command may take before the test fails.
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// How long an event may take to reach the database after the client saw
+/// the answer it belongs to.
+pub const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The workspace root (parent of this package).
 pub fn workspace_root() -> PathBuf {
@@ -58,7 +63,7 @@ impl Peers {
                 PathBuf::from(home).join(".cache/gatehouse-peers")
             });
         let peers = Peers { dir };
-        for needed in [peers.python(), peers.everything()] {
+        for needed in [peers.python(), peers.everything(), peers.filesystem()] {
             assert!(
                 needed.exists(),
                 "end-to-end peer missing: {} — run scripts/install-peers.sh \
@@ -78,6 +83,25 @@ impl Peers {
     pub fn everything(&self) -> PathBuf {
         self.dir
             .join("npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+    }
+
+    /// server-filesystem's entry point (run with `node`).
+    pub fn filesystem(&self) -> PathBuf {
+        self.dir
+            .join("npm/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+    }
+
+    /// `node <server-everything>` as an argv.
+    pub fn everything_server(&self) -> Vec<String> {
+        vec!["node".into(), self.everything().display().to_string()]
+    }
+
+    /// `node <server-filesystem> DIR…` as an argv: the real filesystem
+    /// server, allowed to read below `dirs`.
+    pub fn filesystem_server(&self, dirs: &[&Path]) -> Vec<String> {
+        let mut argv = vec!["node".into(), self.filesystem().display().to_string()];
+        argv.extend(dirs.iter().map(|d| d.display().to_string()));
+        argv
     }
 
     /// The command line of a fixture server under `tests/servers/`.
@@ -146,6 +170,18 @@ impl Sandbox {
         self.dir.path().join("gh")
     }
 
+    /// The fake user `HOME` every process of this test sees.
+    pub fn user_home(&self) -> PathBuf {
+        self.dir.path().join("user")
+    }
+
+    /// Writes `$GATEHOUSE_HOME/policy.toml`.
+    pub fn write_policy(&self, text: &str) {
+        let home = self.gatehouse_home();
+        std::fs::create_dir_all(&home).expect("create GATEHOUSE_HOME");
+        std::fs::write(home.join("policy.toml"), text).expect("write policy.toml");
+    }
+
     /// Environment every process of this test gets on top of the inherited one.
     pub fn envs(&self) -> Vec<(String, String)> {
         vec![
@@ -153,10 +189,7 @@ impl Sandbox {
                 "GATEHOUSE_HOME".into(),
                 self.gatehouse_home().display().to_string(),
             ),
-            (
-                "HOME".into(),
-                self.path().join("user").display().to_string(),
-            ),
+            ("HOME".into(), self.user_home().display().to_string()),
         ]
     }
 
@@ -200,6 +233,25 @@ impl Sandbox {
             .map(|l| serde_json::from_str(l).expect("events --json prints JSON lines"))
             .collect()
     }
+
+    /// Polls `gatehouse events --json` until an event satisfies `matches`
+    /// (wrap records off the hot path, so an event may land just after the
+    /// client saw the answer) and returns it; fails after [`EVENT_TIMEOUT`]
+    /// with every event seen.
+    pub fn wait_for_event(&self, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + EVENT_TIMEOUT;
+        loop {
+            let events = self.events();
+            if let Some(e) = events.iter().find(|e| matches(e)) {
+                return e.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no event {what} within {EVENT_TIMEOUT:?}; recorded: {events:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 /// The Python `mcp` client (`tests/clients/driver.py`) around one server
@@ -212,8 +264,21 @@ pub struct Driver {
     pub initialize: Value,
 }
 
+/// How [`Driver::try_start`] runs the client.
+#[derive(Default, Clone, Copy)]
+pub struct DriverOptions<'a> {
+    /// Record every raw server→client line here (`tests/clients/tee.py`).
+    pub tee: Option<&'a Path>,
+    /// Variables set on top of the sandbox environment.
+    pub env: &'a [(&'a str, &'a str)],
+    /// Write the client's stderr, which is also the server command's
+    /// (wrap's) stderr, to this file instead of the test's stderr.
+    pub stderr: Option<&'a Path>,
+}
+
 impl Driver {
     /// Starts the client; `tee` records every raw server→client line.
+    /// Panics when `initialize` fails.
     pub fn start(
         peers: &Peers,
         sandbox: &Sandbox,
@@ -221,22 +286,42 @@ impl Driver {
         tee: Option<&Path>,
         extra_env: &[(&str, &str)],
     ) -> Driver {
+        let opts = DriverOptions {
+            tee,
+            env: extra_env,
+            stderr: None,
+        };
+        match Driver::try_start(peers, sandbox, argv, opts) {
+            Ok(driver) => driver,
+            Err(error) => panic!("initialize was refused: {error}"),
+        }
+    }
+
+    /// Starts the client. `Err` carries the JSON-RPC error (`code`,
+    /// `message`, `data`) the client received for `initialize`; the client
+    /// has exited by then.
+    pub fn try_start(
+        peers: &Peers,
+        sandbox: &Sandbox,
+        argv: &[String],
+        opts: DriverOptions<'_>,
+    ) -> Result<Driver, Value> {
         let mut cmd = Command::new(peers.python());
         cmd.arg(tests_dir().join("clients/driver.py"));
-        if let Some(tee) = tee {
+        if let Some(tee) = opts.tee {
             cmd.arg("--tee").arg(tee);
         }
+        let stderr = match opts.stderr {
+            Some(path) => Stdio::from(std::fs::File::create(path).expect("create the stderr file")),
+            None => Stdio::inherit(),
+        };
         cmd.arg("--")
             .args(argv)
             .envs(sandbox.envs())
-            .envs(
-                extra_env
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string())),
-            )
+            .envs(opts.env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(stderr);
         let mut child = cmd.spawn().expect("spawn the Python mcp client");
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
@@ -255,18 +340,31 @@ impl Driver {
             lines: rx,
             initialize: Value::Null,
         };
-        let first = driver.read_answer("initialize");
+        let first = driver.read_line("initialize");
+        if first["ok"] != true {
+            let error = first["initialize_error"].clone();
+            assert!(
+                error.is_object(),
+                "the client failed before initialize answered: {first}"
+            );
+            driver.wait_exit();
+            return Err(error);
+        }
         driver.initialize = first["initialize"].clone();
-        driver
+        Ok(driver)
     }
 
-    fn read_answer(&mut self, what: &str) -> Value {
+    fn read_line(&mut self, what: &str) -> Value {
         let line = self.lines.recv_timeout(STEP_TIMEOUT).unwrap_or_else(|_| {
             let _ = self.child.kill();
             panic!("the mcp client gave no answer to {what} within {STEP_TIMEOUT:?}")
         });
-        let v: Value = serde_json::from_str(&line)
-            .unwrap_or_else(|e| panic!("client printed non-JSON {line:?}: {e}"));
+        serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("client printed non-JSON {line:?}: {e}"))
+    }
+
+    fn read_answer(&mut self, what: &str) -> Value {
+        let v = self.read_line(what);
         assert_eq!(v["ok"], true, "client command {what} failed: {v}");
         v
     }
@@ -300,18 +398,15 @@ impl Driver {
     /// Ends the session and waits for the client (and the server it ran).
     pub fn quit(mut self) {
         let _ = self.send(serde_json::json!({"op": "quit"}));
+        self.wait_exit();
+    }
+
+    fn wait_exit(&mut self) {
         drop(self.stdin.take());
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the mcp client did not exit after quit"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let child = &mut self.child;
+        wait_until("the mcp client exits", Duration::from_secs(30), || {
+            matches!(child.try_wait(), Ok(Some(_)))
+        });
     }
 }
 
@@ -371,4 +466,59 @@ pub fn signal(pid: u32, name: &str) {
         .status()
         .expect("run kill");
     assert!(status.success(), "kill -{name} {pid} failed");
+}
+
+/// A child process killed (and reaped) when the test ends, pass or panic.
+pub struct Reaped(pub Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// wrap with piped stdio around `argv` (from [`Sandbox::wrap_argv`]); stderr
+/// is discarded so a leaked process can never hold the test runner's output.
+pub fn spawn_wrap(sb: &Sandbox, argv: &[String]) -> Reaped {
+    Reaped(
+        Command::new(&argv[0])
+            .args(&argv[1..])
+            .envs(sb.envs())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn gatehouse wrap"),
+    )
+}
+
+/// A raw `initialize` request, one line.
+pub const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e","version":"0"}}}"#;
+
+/// Polls `done` every 25 ms; fails the test after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
 }

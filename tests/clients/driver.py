@@ -10,7 +10,9 @@ Each stdin line is one JSON command; each answer is one JSON line on stdout:
   {"op":"wait_notification","method":M,"timeout":S}
                                              -> {"ok":true,"seen":true|false}
   {"op":"quit"}
-The first answer (before any command) is {"ok":true,"initialize":<InitializeResult JSON>}.
+The first answer (before any command) is {"ok":true,"initialize":<InitializeResult JSON>},
+or {"ok":false,"initialize_error":<ErrorData JSON>} when initialize is refused
+(the client then exits).
 Errors are answered {"ok":false,"error":"..."}. With --tee, every raw line
 the server side writes to this client is appended to LOG before the SDK sees
 it (the wire-level record the passthrough test compares).
@@ -24,6 +26,7 @@ import anyio
 import mcp.types as types
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import McpError
 from mcp.shared.context import RequestContext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,7 +96,11 @@ async def main(argv):
             logging_callback=logging_cb,
             message_handler=on_message,
         ) as session:
-            init = await session.initialize()
+            try:
+                init = await session.initialize()
+            except McpError as e:  # a refused server: the test inspects the error
+                emit({"ok": False, "initialize_error": dump(e.error)})
+                return
             emit({"ok": True, "initialize": dump(init)})
             stdin = anyio.wrap_file(sys.stdin)
             async for line in stdin:

@@ -5,11 +5,11 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gatehouse_e2e::{
-    process_gone, read_frames, result_text, signal, Driver, Peers, Sandbox, STEP_TIMEOUT,
+    process_gone, read_frames, result_text, signal, spawn_wrap, wait_until, Driver, Peers, Sandbox,
+    INIT, STEP_TIMEOUT,
 };
 use serde_json::{json, Value};
 
@@ -392,59 +392,6 @@ fn unparseable_server_line_is_dropped_and_recorded() {
         events.iter().any(|e| e["type"] == "frame_dropped"),
         "a frame_dropped event is recorded: {events:?}"
     );
-}
-
-/// A child process killed (and reaped) when the test ends, pass or panic.
-struct Reaped(std::process::Child);
-
-impl std::ops::Deref for Reaped {
-    type Target = std::process::Child;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Reaped {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-/// wrap with piped stdio around `argv`, for the lifetime tests; stderr is
-/// discarded so a leaked process can never hold the test runner's output.
-fn spawn_wrap(sb: &Sandbox, argv: &[String]) -> Reaped {
-    Reaped(
-        Command::new(&argv[0])
-            .args(&argv[1..])
-            .envs(sb.envs())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn gatehouse wrap"),
-    )
-}
-
-const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e","version":"0"}}}"#;
-
-fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting until {what}"
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    }
 }
 
 fn read_pid(path: &Path) -> u32 {

@@ -1,0 +1,452 @@
+//! `policy.toml` end to end: the real `gatehouse` binary between the real
+//! PyPI `mcp` client and real servers (npm server-everything and
+//! server-filesystem, a stdlib fixture server), with a policy written into
+//! the sandbox's `GATEHOUSE_HOME`. Every test asserts what the client
+//! received and what `gatehouse events --json` recorded.
+//! Peers: `scripts/install-peers.sh`.
+
+use gatehouse_e2e::{result_text, Driver, DriverOptions, Peers, Sandbox};
+use serde_json::{json, Value};
+
+/// The names in a `tools/list` answer.
+fn names(tools: &[Value]) -> Vec<String> {
+    tools
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(String::from))
+        .collect()
+}
+
+/// A blocked call: an `isError` result whose text names `rule`.
+fn assert_blocked(result: &Value, rule: &str, why: &str) {
+    assert!(
+        result["isError"] == true && result_text(result).contains(rule),
+        "{why}: expected an isError result naming {rule}, got {result}"
+    );
+}
+
+/// Whether event `e` is of `kind`, for `tool` (any when `None`), with `rule`.
+fn is_event(e: &Value, kind: &str, tool: Option<&str>, rule: &str) -> bool {
+    e["type"] == kind && tool.is_none_or(|t| e["tool"] == t) && e["rule"] == rule
+}
+
+/// A temp home with a private key the filesystem server could read, and an
+/// ordinary document. Returns (document path, key path).
+fn home_with_ssh_key(sb: &Sandbox) -> (String, String) {
+    let home = sb.user_home();
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::create_dir_all(home.join("notes")).unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519"), "ssh-key-canary-4b1c\n").unwrap();
+    std::fs::write(home.join("notes/todo.txt"), "buy milk\n").unwrap();
+    (
+        home.join("notes/todo.txt").display().to_string(),
+        home.join(".ssh/id_ed25519").display().to_string(),
+    )
+}
+
+/// Starts the client on `argv` and returns the JSON-RPC error it got for
+/// `initialize` (panics when the server was started instead).
+fn refused(peers: &Peers, sb: &Sandbox, argv: &[String]) -> Value {
+    match Driver::try_start(peers, sb, argv, DriverOptions::default()) {
+        Ok(d) => {
+            let init = d.initialize.clone();
+            d.quit();
+            panic!("the server was started although the policy refuses it: {init}")
+        }
+        Err(error) => error,
+    }
+}
+
+#[test]
+fn denied_command_and_denied_server_are_refused_on_initialize() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    sb.write_policy(
+        r#"
+[server_policy]
+mode = "denylist"
+deny = ["evil-*"]
+allowed_commands = ["npx", "uvx"]
+"#,
+    );
+
+    // The fixture server runs under the venv's python, which is not allowed.
+    let pid_file = sb.path().join("server.pid");
+    let server = peers.py_server(
+        "raw_server.py",
+        &["--pid-file", &pid_file.display().to_string()],
+    );
+    let error = refused(&peers, &sb, &sb.wrap_argv("notes", &[], &server));
+    assert_eq!(error["code"], -32001, "the refusal code: {error}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("server_policy.allowed_commands") && message.contains("python"),
+        "the error names the rule and the command: {error}"
+    );
+    assert!(!pid_file.exists(), "a refused server must never be started");
+    sb.wait_for_event("mcp_server_refused for notes", |e| {
+        is_event(
+            e,
+            "mcp_server_refused",
+            None,
+            "server_policy.allowed_commands",
+        ) && e["server"] == "notes"
+            && e["action"] == "block"
+    });
+
+    // A server whose name matches the denylist: refused by name first.
+    let error = refused(&peers, &sb, &sb.wrap_argv("evil-notes", &[], &server));
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("server_policy.deny") && m.contains("evil-*")),
+        "the error names the deny rule and its pattern: {error}"
+    );
+    sb.wait_for_event("mcp_server_refused for evil-notes", |e| {
+        is_event(e, "mcp_server_refused", None, "server_policy.deny") && e["server"] == "evil-notes"
+    });
+    assert!(!pid_file.exists(), "a refused server must never be started");
+}
+
+#[test]
+fn allowed_command_by_path_glob_starts() {
+    // The counterpart of the refusal: the same server, its interpreter
+    // allowed by a path glob, starts and answers.
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let venv_bin = peers.python().parent().unwrap().display().to_string();
+    sb.write_policy(&format!(
+        "[server_policy]\nallowed_commands = [\"npx\", \"{}/*\"]\n",
+        glob_escape(&venv_bin)
+    ));
+    let server = peers.py_server("raw_server.py", &[]);
+    let mut d = Driver::start(&peers, &sb, &sb.wrap_argv("notes", &[], &server), None, &[]);
+    assert_eq!(d.initialize["serverInfo"]["name"], "raw-e2e");
+    assert_eq!(result_text(&d.call("echo", json!({"text": "hi"}))), "hi");
+    d.quit();
+}
+
+/// Escapes glob metacharacters as `gatehouse_config::glob_escape` does
+/// (`[*]`); this package tests the binary and links no Gatehouse crate.
+fn glob_escape(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '{' | '}' | '\\' | '!') {
+            out.push('[');
+            out.push(c);
+            out.push(']');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[test]
+fn blocked_tools_glob_withholds_and_refuses_matching_tools() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    sb.write_policy("[tool_policy]\nblocked_tools = [\"trigger-*\"]\n");
+    let argv = sb.wrap_argv("everything", &[], &peers.everything_server());
+    let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
+    let listed = names(&d.list_tools());
+    assert!(
+        listed.iter().any(|n| n == "echo"),
+        "tools outside the glob stay listed: {listed:?}"
+    );
+    assert!(
+        !listed.iter().any(|n| n.starts_with("trigger-")),
+        "tools matching `trigger-*` must be withheld from tools/list: {listed:?}"
+    );
+
+    // The client calls one anyway (a model may remember a name).
+    let r = d.call(
+        "trigger-long-running-operation",
+        json!({"duration": 1, "steps": 1}),
+    );
+    // The engine names its list stage (`policy.tool_not_exposed`) for a
+    // withheld tool; naming `tool_policy.blocked_tools` itself is also right.
+    assert!(
+        r["isError"] == true
+            && (result_text(&r).contains("tool_policy.blocked_tools")
+                || result_text(&r).contains("policy.tool_not_exposed")),
+        "a call to a blocked tool is refused with an isError result naming the rule: {r}"
+    );
+    let r = d.call("echo", json!({"message": "still here"}));
+    assert_eq!(r["isError"], false, "echo is not blocked: {r}");
+    assert!(result_text(&r).contains("still here"), "echo answered: {r}");
+    d.quit();
+
+    let hidden = sb.wait_for_event("mcp_tool_hidden for a trigger-* tool", |e| {
+        e["type"] == "mcp_tool_hidden"
+            && e["tool"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("trigger-"))
+    });
+    assert_eq!(hidden["server"], "everything", "{hidden}");
+    sb.wait_for_event("the blocked call", |e| {
+        e["type"] == "mcp_tool_call_intercepted"
+            && e["tool"] == "trigger-long-running-operation"
+            && e["action"] == "block"
+    });
+    let events = sb.events();
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"] == "mcp_tool_hidden" && e["tool"] == "echo"),
+        "echo was never hidden: {events:#?}"
+    );
+}
+
+const NO_SSH: &str = r#"
+[[rules]]
+id = "no-ssh"
+tool_name_any = ["read_file", "read_text_file", "read_multiple_files", "read_media_file"]
+argument_patterns = ["**/.ssh/**"]
+decision = "block"
+reason = "SSH keys are off limits"
+"#;
+
+#[test]
+fn argument_pattern_blocks_ssh_reads_on_the_real_filesystem_server() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let (doc, key) = home_with_ssh_key(&sb);
+    sb.write_policy(NO_SSH);
+    let home = sb.user_home();
+    let argv = sb.wrap_argv("filesystem", &[], &peers.filesystem_server(&[&home]));
+    let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
+
+    let r = d.call("read_text_file", json!({"path": doc}));
+    assert_eq!(r["isError"], false, "an ordinary read passes: {r}");
+    assert_eq!(result_text(&r).trim(), "buy milk", "the file's text: {r}");
+
+    let dotted = format!("{}/notes/../.ssh/id_ed25519", home.display());
+    for (tool, args) in [
+        ("read_text_file", json!({"path": key})),
+        ("read_text_file", json!({"path": dotted})),
+        ("read_multiple_files", json!({"paths": [doc, key]})),
+    ] {
+        let r = d.call(tool, args.clone());
+        assert_blocked(&r, "rules.no-ssh", &format!("{tool} {args}"));
+        assert!(
+            result_text(&r).contains("SSH keys are off limits"),
+            "the rule's reason reaches the client: {r}"
+        );
+        assert!(
+            !r.to_string().contains("ssh-key-canary"),
+            "the key's content reached the client: {r}"
+        );
+    }
+    d.quit();
+
+    let blocked = sb.wait_for_event("the blocked read", |e| {
+        is_event(
+            e,
+            "mcp_tool_call_intercepted",
+            Some("read_text_file"),
+            "rules.no-ssh",
+        ) && e["action"] == "block"
+    });
+    assert_eq!(blocked["server"], "filesystem");
+    let events = sb.events();
+    let blocks = events
+        .iter()
+        .filter(|e| e["rule"] == "rules.no-ssh" && e["action"] == "block")
+        .map(|e| e["count"].as_u64().unwrap_or(1))
+        .sum::<u64>();
+    assert_eq!(blocks, 3, "one block per refused read: {events:#?}");
+    assert!(
+        events.iter().any(|e| e["type"] == "mcp_tool_called"
+            && e["tool"] == "read_text_file"
+            && e["action"] == "allow"),
+        "the ordinary read is recorded as allowed: {events:#?}"
+    );
+}
+
+#[test]
+fn restricted_server_exposes_only_its_allowlist() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    sb.write_policy(
+        r#"
+[servers."everything"]
+trust = "restricted"
+tool_allowlist = ["echo", "get-sum", "trigger-sampling-request"]
+"#,
+    );
+    let argv = sb.wrap_argv("everything", &[], &peers.everything_server());
+    let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
+    let mut listed = names(&d.list_tools());
+    listed.sort();
+    assert_eq!(
+        listed,
+        ["echo", "get-sum", "trigger-sampling-request"],
+        "a restricted server lists exactly its tool_allowlist"
+    );
+    let r = d.call("get-sum", json!({"a": 2, "b": 3}));
+    assert_eq!(result_text(&r), "The sum of 2 and 3 is 5.", "{r}");
+    let r = d.call("get-tiny-image", json!({}));
+    assert!(
+        r["isError"] == true && !r.to_string().contains("\"image\""),
+        "a tool outside the allowlist is refused: {r}"
+    );
+    // Allowed to run, but a restricted server may never sample: the
+    // client's sampling handler (which answers "stub sample") is not asked.
+    let r = d.call(
+        "trigger-sampling-request",
+        json!({"prompt": "hello", "maxTokens": 5}),
+    );
+    assert!(
+        !r.to_string().contains("stub sample"),
+        "the sampling request must not reach the client: {r}"
+    );
+    d.quit();
+
+    sb.wait_for_event("the declined sampling request", |e| {
+        e["type"] == "mcp_sampling_blocked" && e["rule"] == "restricted.sampling"
+    });
+    sb.wait_for_event("the refused call", |e| {
+        e["type"] == "mcp_tool_call_intercepted"
+            && e["tool"] == "get-tiny-image"
+            && e["action"] == "block"
+    });
+    let events = sb.events();
+    let hidden: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "mcp_tool_hidden")
+        .filter_map(|e| e["tool"].as_str())
+        .collect();
+    assert!(
+        hidden.contains(&"get-tiny-image") && !hidden.contains(&"echo"),
+        "tools outside the allowlist are recorded as hidden, allowlisted ones are not: {hidden:?}"
+    );
+}
+
+#[test]
+fn broken_policy_keeps_the_last_good_policy_in_force() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    sb.write_policy(
+        r#"
+[[rules]]
+id = "no-echo"
+tool_name = "echo"
+decision = "block"
+reason = "echo is switched off"
+"#,
+    );
+    let server = peers.py_server("raw_server.py", &[]);
+    let argv = sb.wrap_argv("notes", &[], &server);
+
+    // Session 1 runs on the valid policy, which becomes the last good one.
+    let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
+    assert_blocked(
+        &d.call("echo", json!({"text": "x"})),
+        "rules.no-echo",
+        "the valid policy applies",
+    );
+    d.quit();
+
+    // A typo: strict parsing rejects the whole file.
+    sb.write_policy("fail_closd = true\n");
+    let stderr = sb.path().join("session2.stderr");
+    let opts = DriverOptions {
+        stderr: Some(&stderr),
+        ..DriverOptions::default()
+    };
+    let mut d = match Driver::try_start(&peers, &sb, &argv, opts) {
+        Ok(d) => d,
+        Err(e) => panic!("a broken policy must not stop the server: {e}"),
+    };
+    assert_blocked(
+        &d.call("echo", json!({"text": "x"})),
+        "rules.no-echo",
+        "the last good policy stays in force (the built-in defaults would allow echo)",
+    );
+    d.quit();
+
+    let said = std::fs::read_to_string(&stderr).unwrap();
+    assert!(
+        said.contains("keeping the last good policy") && said.contains("policy.toml:1:1"),
+        "stderr says the policy is invalid, where, and what runs instead:\n{said}"
+    );
+    let e = sb.wait_for_event("policy_invalid", |e| {
+        e["type"] == "policy_invalid" && e["rule"] == "policy.invalid"
+    });
+    assert!(
+        e["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("fail_closd")),
+        "the event says what is wrong: {e}"
+    );
+    assert_eq!(e["severity"], "high", "a broken policy is loud: {e}");
+}
+
+#[test]
+fn audit_mode_records_without_blocking() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let (_, key) = home_with_ssh_key(&sb);
+    sb.write_policy(&format!(
+        "mode = \"audit\"\n[tool_policy]\nblocked_tools = [\"write_file\"]\n{NO_SSH}"
+    ));
+    let home = sb.user_home();
+    let argv = sb.wrap_argv("filesystem", &[], &peers.filesystem_server(&[&home]));
+    let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
+    let listed = names(&d.list_tools());
+    assert!(
+        listed.iter().any(|n| n == "write_file"),
+        "audit mode withholds nothing: {listed:?}"
+    );
+    let r = d.call("read_text_file", json!({"path": key}));
+    assert_eq!(r["isError"], false, "audit mode blocks nothing: {r}");
+    assert!(
+        result_text(&r).contains("ssh-key-canary"),
+        "the read really ran: {r}"
+    );
+    d.quit();
+
+    let audited = sb.wait_for_event("the audited read", |e| {
+        is_event(
+            e,
+            "mcp_tool_call_intercepted",
+            Some("read_text_file"),
+            "rules.no-ssh",
+        )
+    });
+    assert_eq!(
+        audited["action"], "audit",
+        "recorded, not blocked: {audited}"
+    );
+    assert!(
+        audited["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("would block")),
+        "the event says what enforce mode would have done: {audited}"
+    );
+    let hidden = sb.wait_for_event("write_file recorded as would-be hidden", |e| {
+        e["type"] == "mcp_tool_hidden" && e["tool"] == "write_file"
+    });
+    assert_eq!(hidden["action"], "audit", "{hidden}");
+    let events = sb.events();
+    assert!(
+        !events.iter().any(|e| e["action"] == "block"),
+        "nothing is blocked in audit mode: {events:#?}"
+    );
+}
+
+#[test]
+#[ignore = "wrap refuses a denied server even in audit mode: crates/gatehouse-proxy/src/wrap.rs refuses on any Block from server_decision"]
+fn audit_mode_starts_a_denied_server_and_records_it() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    sb.write_policy("mode = \"audit\"\n[server_policy]\nallowed_commands = [\"npx\"]\n");
+    let server = peers.py_server("raw_server.py", &[]);
+    let mut d = Driver::start(&peers, &sb, &sb.wrap_argv("notes", &[], &server), None, &[]);
+    assert_eq!(result_text(&d.call("echo", json!({"text": "hi"}))), "hi");
+    d.quit();
+    let e = sb.wait_for_event("the audited launch", |e| {
+        e["rule"] == "server_policy.allowed_commands"
+    });
+    assert_eq!(e["action"], "audit", "{e}");
+}
