@@ -450,3 +450,87 @@ fn audit_mode_starts_a_denied_server_and_records_it() {
     });
     assert_eq!(e["action"], "audit", "{e}");
 }
+
+/// Uncomments the seed `gatehouse protect` wrote (and its header when the
+/// header is commented too), as a person turning the allowlist on would.
+fn turn_on_command_seed(policy: &str) -> String {
+    let mut lines: Vec<String> = policy.lines().map(String::from).collect();
+    for l in &mut lines {
+        if l == "# [server_policy]" {
+            *l = "[server_policy]".into();
+        } else if let Some(rest) = l.strip_prefix("# allowed_commands = ") {
+            *l = format!("allowed_commands = {rest}");
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn protect_seeds_the_command_allowlist_so_turning_it_on_breaks_nothing() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let server = peers.py_server("raw_server.py", &[]);
+    let cursor = sb.user_home().join(".cursor");
+    std::fs::create_dir_all(&cursor).unwrap();
+    let config = json!({"mcpServers": {"notes": {"command": server[0], "args": server[1..]}}});
+    std::fs::write(cursor.join("mcp.json"), config.to_string()).unwrap();
+
+    let out = sb.gatehouse(&["protect", "cursor"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "gatehouse protect failed: {said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains("allowed_commands"),
+        "protect says it seeded the list: {said}"
+    );
+    let policy_path = sb.gatehouse_home().join("policy.toml");
+    let policy = std::fs::read_to_string(&policy_path).unwrap();
+    assert!(
+        !policy.lines().any(|l| l.starts_with("allowed_commands")),
+        "the seed is off until a person turns it on:\n{policy}"
+    );
+    std::fs::write(&policy_path, turn_on_command_seed(&policy)).unwrap();
+    let check = sb.gatehouse(&["policy", "check"]);
+    assert!(
+        check.status.success(),
+        "the seed turned on is a valid policy: {}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+
+    // The protected entry, exactly as the client would launch it.
+    let wrapped: Value =
+        serde_json::from_str(&std::fs::read_to_string(cursor.join("mcp.json")).unwrap()).unwrap();
+    let entry = &wrapped["mcpServers"]["notes"];
+    let mut argv = vec![entry["command"].as_str().unwrap().to_string()];
+    argv.extend(
+        entry["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string()),
+    );
+    // (Its tools wait for approval: a fresh database while configs are
+    // protected trusts nothing at first sight. Starting is what counts here.)
+    let d = match Driver::try_start(&peers, &sb, &argv, DriverOptions::default()) {
+        Ok(d) => d,
+        Err(e) => panic!("turning the seeded allowlist on refused a protected server: {e}"),
+    };
+    assert_eq!(
+        d.initialize["serverInfo"]["name"], "raw-e2e",
+        "the protected server itself answered initialize"
+    );
+    d.quit();
+
+    // Anything else is refused.
+    let other = vec!["node".to_string(), peers.everything().display().to_string()];
+    let error = refused(&peers, &sb, &sb.wrap_argv("other", &[], &other));
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("server_policy.allowed_commands")),
+        "a command protect never saw is refused: {error}"
+    );
+}

@@ -6,7 +6,9 @@
 //! ([`Policy::server_decision`], [`Policy::tool_decision`],
 //! [`Policy::tool_exposed`], [`Policy::server_settings`]). Key types:
 //! [`Policy`], [`Decision`], [`ServerRef`], [`ServerSettings`],
-//! [`LoadedPolicy`], [`PolicyError`].
+//! [`LoadedPolicy`], [`PolicyError`]. [`seed_allowed_commands`] edits the
+//! text of a local file for `gatehouse protect` (a commented seed of the
+//! command allowlist).
 //!
 //! **Invariant:** parsing, validation, merging and evaluation are pure
 //! functions over strings and values — the only I/O is [`load`] and
@@ -20,6 +22,7 @@ mod matching;
 mod policy;
 mod raw;
 mod render;
+mod seed;
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -33,6 +36,7 @@ pub use policy::{
     ServerRef, ServerSettings, Severity, ToolClass, ToolListSettings, Trust, Typosquat,
 };
 pub use render::generate_locked_policy;
+pub use seed::{command_pattern, seed_allowed_commands, CommandSeed, SEED_MARKER};
 
 /// File name of the local policy inside `GATEHOUSE_HOME`.
 pub const POLICY_FILE: &str = "policy.toml";

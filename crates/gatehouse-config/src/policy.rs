@@ -1040,11 +1040,7 @@ impl Policy {
                 format!("server `{}` is not in the server allowlist", server.name),
             );
         }
-        if self
-            .commands
-            .iter()
-            .any(|c| !c.allows(command, resolved_command))
-        {
+        if !self.command_allowed(command, resolved_command) {
             return Decision::block(
                 "server_policy.allowed_commands",
                 format!(
@@ -1054,6 +1050,20 @@ impl Policy {
             );
         }
         Decision::Allow
+    }
+
+    /// Whether any layer sets `server_policy.allowed_commands`.
+    pub fn has_command_allowlist(&self) -> bool {
+        !self.commands.is_empty()
+    }
+
+    /// Whether every layer's `allowed_commands` allows `command` (argv\[0\]
+    /// as configured; `resolved_command` its absolute path, if known).
+    /// True when no layer sets the list.
+    pub fn command_allowed(&self, command: &str, resolved_command: Option<&str>) -> bool {
+        self.commands
+            .iter()
+            .all(|c| c.allows(command, resolved_command))
     }
 
     /// Tool policy and argument rules for one `tools/call`. Every check

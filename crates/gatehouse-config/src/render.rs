@@ -339,7 +339,7 @@ pub fn generate_locked_policy(
 }
 
 /// A TOML basic string.
-fn toml_string(s: &str) -> String {
+pub(crate) fn toml_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -269,11 +269,73 @@ fn run_files(
             }
         }
     }
+    if !unprotect && !opts.dry_run {
+        seed_allowed_commands(&gatehouse_home);
+    }
     Ok(if failed {
         ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Seeds the commented `server_policy.allowed_commands` in `policy.toml`
+/// with the command of every protected server, so turning the command
+/// allowlist on breaks nothing (docs/policy.md). An active list is left
+/// alone; the protected commands it refuses are named. Failures are
+/// reported, never fatal: the configs are already protected.
+fn seed_allowed_commands(home: &Path) {
+    let state_dir = gatehouse_clients::state::StateDir {
+        home: home.to_path_buf(),
+    };
+    let state = match state_dir.load() {
+        Ok(state) => state,
+        Err(e) => {
+            eprintln!("gatehouse: policy seed skipped: {e}");
+            return;
+        }
+    };
+    let commands: Vec<String> = state
+        .servers
+        .iter()
+        .filter_map(|s| s.argv.first().cloned())
+        .collect();
+    if commands.is_empty() {
+        return;
+    }
+    let path = home.join(gatehouse_config::POLICY_FILE);
+    let result = gatehouse_config::write_default_if_missing(home)
+        .map_err(|e| e.to_string())
+        .and_then(|_| std::fs::read_to_string(&path).map_err(|e| e.to_string()))
+        .and_then(|text| {
+            let name = path.display().to_string();
+            let seed = gatehouse_config::seed_allowed_commands(&name, &text, &commands)
+                .map_err(|e| e.to_string())?;
+            if let Some(new) = &seed.text {
+                gatehouse_clients::fsutil::atomic_write(&path, &text, new)
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(seed)
+        });
+    match result {
+        Ok(seed) => {
+            if seed.text.is_some() {
+                println!(
+                    "policy: {} lists the commands of protected servers in a commented \
+                     server_policy.allowed_commands ({}); uncomment it to allow only these",
+                    path.display(),
+                    seed.seeded.join(", ")
+                );
+            }
+            for c in &seed.refused {
+                println!(
+                    "policy: note: server_policy.allowed_commands does not allow `{c}`; \
+                     wrap refuses the servers it launches until you add it"
+                );
+            }
+        }
+        Err(e) => eprintln!("gatehouse: policy seed skipped ({}): {e}", path.display()),
+    }
 }
 
 pub fn run_protect(args: ProtectArgs) -> anyhow::Result<ExitCode> {
