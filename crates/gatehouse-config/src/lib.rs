@@ -125,6 +125,69 @@ pub fn compile(sources: Vec<PolicySource>) -> Result<LoadedPolicy, PolicyError> 
     })
 }
 
+/// Format version of [`LoadedPolicy::last_good_record`].
+const LAST_GOOD_VERSION: u64 = 1;
+
+impl LoadedPolicy {
+    /// A lossless record of this policy for the database's "last good"
+    /// slot: every source text with its role, so [`compile_last_good`]
+    /// rebuilds exactly this policy. (`Policy::to_toml` is for people: with
+    /// several layers it can show only one allowlist per key, so a policy
+    /// read back from it can be looser than the one that was in force.)
+    pub fn last_good_record(&self) -> String {
+        let sources: Vec<serde_json::Value> = self
+            .sources
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "role": match s.role { SourceRole::Base => "base", SourceRole::Local => "local" },
+                    "name": s.name,
+                    "text": s.text,
+                })
+            })
+            .collect();
+        serde_json::json!({ "v": LAST_GOOD_VERSION, "sources": sources }).to_string()
+    }
+}
+
+/// Rebuilds the policy from a [`LoadedPolicy::last_good_record`]. A record
+/// that is plain policy text (what earlier versions stored) is validated as
+/// one file. The database is untrusted input: a malformed record is an
+/// error, never a default.
+pub fn compile_last_good(record: &str) -> Result<LoadedPolicy, PolicyError> {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(record) else {
+        return check_text("last good policy (database)", record);
+    };
+    let malformed = || {
+        PolicyError::Invalid(vec![Diagnostic {
+            file: "last good policy (database)".to_owned(),
+            line: 0,
+            column: 0,
+            message: "not a last-good policy record".to_owned(),
+        }])
+    };
+    if value["v"].as_u64() != Some(LAST_GOOD_VERSION) {
+        return Err(malformed());
+    }
+    let mut sources = Vec::new();
+    for s in value["sources"].as_array().ok_or_else(malformed)? {
+        let role = match s["role"].as_str() {
+            Some("base") => SourceRole::Base,
+            Some("local") => SourceRole::Local,
+            _ => return Err(malformed()),
+        };
+        sources.push(PolicySource {
+            role,
+            name: format!("{} (last good)", s["name"].as_str().ok_or_else(malformed)?),
+            text: s["text"].as_str().ok_or_else(malformed)?.to_owned(),
+        });
+    }
+    if sources.last().map(|s| s.role) != Some(SourceRole::Local) {
+        return Err(malformed());
+    }
+    compile(sources)
+}
+
 /// Validates one text on its own (what `gatehouse policy check FILE` does).
 pub fn check_text(name: &str, text: &str) -> Result<LoadedPolicy, PolicyError> {
     compile(vec![PolicySource {
