@@ -15,6 +15,7 @@ pub mod child;
 pub mod lines;
 mod outbox;
 pub mod session;
+mod stdio;
 pub mod wrap;
 
 pub use wrap::{run_wrap, WrapError, WrapOptions};

@@ -9,8 +9,8 @@ use gatehouse_engine::env::{filter_env, Os};
 use gatehouse_engine::launch::launch_facts;
 use gatehouse_engine::settings::{OnChange, ResultAction};
 use gatehouse_engine::{
-    EngineEvent, Inspector, NoInspector, Output, PinEntry, PinState, PinTable, PinUpdate, Relay,
-    ServerInfo, Settings,
+    EngineEvent, Inspector, Output, PinEntry, PinState, PinTable, PinUpdate, Relay, ServerInfo,
+    Settings,
 };
 use gatehouse_protocol::identity::launch_command_hash;
 use gatehouse_protocol::{parse_frame, HASH_VERSION};
@@ -88,6 +88,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         session.clone(),
     );
     let policy = load_policy(&home_dir, store.as_ref(), &recorder).await;
+    let scanner = ScannerInspector::build_in_background(scanner_builder(&policy, &fingerprint_key));
 
     // Identity: the id is bound to the launch command the first time.
     let command_hash = launch_command_hash(&opts.argv);
@@ -185,13 +186,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         && pins.is_empty()
         && !fresh_while_protected;
     let settings = engine_settings(&policy, &server_settings, &server_name, &opts, trust_first);
-    let inspector: Box<dyn Inspector + Send> = match build_scanner(&policy, &fingerprint_key) {
-        Ok(scanner) => Box::new(ScannerInspector(scanner)),
-        Err(err) => {
-            eprintln!("gatehouse: scanner unavailable ({err}); scanning off");
-            Box::new(NoInspector)
-        }
-    };
+    let inspector: Box<dyn Inspector + Send> = Box::new(scanner);
     let nonce = hex::encode(
         &Sha256::digest(format!(
             "{}{}{}",
@@ -249,9 +244,9 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         .take()
         .ok_or_else(|| std::io::Error::other("no child stdout"))?;
 
-    let (to_client, client_writer) = writer_task(tokio::io::stdout());
+    let (to_client, client_writer) = writer_task(crate::stdio::client_stdout());
     let (to_server, server_writer) = writer_task(child_stdin);
-    let mut client_lines = reader_task(tokio::io::stdin(), max_frame);
+    let mut client_lines = reader_task(crate::stdio::client_stdin(), max_frame);
     let mut server_lines = reader_task(child_stdout, max_frame);
     let (pins_tx, mut pins_rx) = mpsc::channel::<PinTable>(4);
     if let Some(store) = &store {
@@ -412,8 +407,8 @@ async fn refuse_loop<I: Inspector>(
     recorder: &Recorder,
     max_frame: usize,
 ) -> Result<i32, WrapError> {
-    let (to_client, writer) = writer_task(tokio::io::stdout());
-    let mut lines = reader_task(tokio::io::stdin(), max_frame);
+    let (to_client, writer) = writer_task(crate::stdio::client_stdout());
+    let mut lines = reader_task(crate::stdio::client_stdin(), max_frame);
     while let Some(Line::Frame(bytes)) = lines.recv().await {
         for output in relay.on_client_frame(parse_frame(bytes), now_ms()) {
             match output {
@@ -511,39 +506,31 @@ impl Recorder {
     fn start(store: Option<Store>, key: MacKey, server_id: String, session: String) -> Recorder {
         let (tx, mut rx) = mpsc::unbounded_channel::<Record>();
         tokio::spawn(async move {
-            while let Some(record) = rx.recv().await {
-                match (record, &store) {
-                    (Record::Flush(done), _) => {
-                        let _ = done.send(());
-                    }
-                    (Record::Event(e), None) => {
-                        warn!(kind = e.kind, rule = %e.rule, "event not recorded: no database");
-                    }
-                    (Record::Pin(..), None) => {}
-                    (Record::Event(e), Some(store)) => {
-                        let event = NewEvent {
-                            time_ms: now_ms() as i64,
-                            event_type: e.kind.to_string(),
-                            server_id: Some(server_id.clone()),
-                            tool: e.tool,
-                            action: store_action(e.action),
-                            rule: Some(e.rule),
-                            severity: gatehouse_store::Severity::parse(e.severity.as_str())
-                                .unwrap_or(gatehouse_store::Severity::Info),
-                            reason: e.reason,
-                            evidence_json: (!e.evidence.is_null()).then(|| e.evidence.to_string()),
-                            session: Some(session.clone()),
-                        };
-                        if let Err(err) = store.insert_event(&event).await {
-                            warn!(%err, "could not record an event");
+            let mut batch = Vec::with_capacity(RECORD_BATCH);
+            let mut events = Vec::new();
+            // Everything queued at once is written in one transaction: one
+            // commit per burst instead of one per event.
+            while rx.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+                for record in batch.drain(..) {
+                    match record {
+                        Record::Event(e) => events.push(new_event(e, &server_id, &session)),
+                        Record::Pin(pin_server, update) => {
+                            write_events(store.as_ref(), &mut events).await;
+                            if let Some(store) = &store {
+                                if let Err(err) =
+                                    persist_pin(store, &key, &pin_server, update).await
+                                {
+                                    warn!(%err, "could not persist a pin");
+                                }
+                            }
                         }
-                    }
-                    (Record::Pin(pin_server, update), Some(store)) => {
-                        if let Err(err) = persist_pin(store, &key, &pin_server, update).await {
-                            warn!(%err, "could not persist a pin");
+                        Record::Flush(done) => {
+                            write_events(store.as_ref(), &mut events).await;
+                            let _ = done.send(());
                         }
                     }
                 }
+                write_events(store.as_ref(), &mut events).await;
             }
         });
         Recorder { tx }
@@ -564,6 +551,44 @@ impl Recorder {
             let _ = tokio::time::timeout(Duration::from_secs(2), wait).await;
         }
     }
+}
+
+/// Records the recorder writes per transaction at most.
+const RECORD_BATCH: usize = 256;
+
+fn new_event(e: EngineEvent, server_id: &str, session: &str) -> NewEvent {
+    NewEvent {
+        time_ms: now_ms() as i64,
+        event_type: e.kind.to_string(),
+        server_id: Some(server_id.to_string()),
+        tool: e.tool,
+        action: store_action(e.action),
+        rule: Some(e.rule),
+        severity: gatehouse_store::Severity::parse(e.severity.as_str())
+            .unwrap_or(gatehouse_store::Severity::Info),
+        reason: e.reason,
+        evidence_json: (!e.evidence.is_null()).then(|| e.evidence.to_string()),
+        session: Some(session.to_string()),
+    }
+}
+
+async fn write_events(store: Option<&Store>, events: &mut Vec<NewEvent>) {
+    if events.is_empty() {
+        return;
+    }
+    match store {
+        Some(store) => {
+            if let Err(err) = store.insert_events(events).await {
+                warn!(%err, count = events.len(), "could not record events");
+            }
+        }
+        None => {
+            for e in events.iter() {
+                warn!(kind = %e.event_type, rule = ?e.rule, "event not recorded: no database");
+            }
+        }
+    }
+    events.clear();
 }
 
 fn store_action(action: gatehouse_engine::Action) -> gatehouse_store::Action {
@@ -774,10 +799,11 @@ fn unreachable_default() -> Policy {
         .policy
 }
 
-fn build_scanner(
+/// What the scanner thread needs, taken from the policy now.
+fn scanner_builder(
     policy: &Policy,
     fingerprint_key: &[u8],
-) -> Result<gatehouse_scanner::Scanner, gatehouse_scanner::ScannerError> {
+) -> impl FnOnce() -> Result<gatehouse_scanner::Scanner, String> + Send + 'static {
     let mut custom = Vec::new();
     for p in &policy.scanner.custom_patterns {
         custom.push(gatehouse_scanner::CustomPattern {
@@ -793,10 +819,14 @@ fn build_scanner(
                 .unwrap_or(gatehouse_scanner::Severity::High),
         });
     }
-    gatehouse_scanner::Scanner::new(gatehouse_scanner::ScannerConfig {
-        custom_patterns: custom,
-        fingerprint_key: fingerprint_key.to_vec(),
-    })
+    let fingerprint_key = fingerprint_key.to_vec();
+    move || {
+        gatehouse_scanner::Scanner::new(gatehouse_scanner::ScannerConfig {
+            custom_patterns: custom,
+            fingerprint_key,
+        })
+        .map_err(|e| e.to_string())
+    }
 }
 
 fn engine_settings(

@@ -331,49 +331,27 @@ fn validate(event: &NewEvent) -> Result<()> {
     Ok(())
 }
 
-impl Store {
-    /// Records an event, folding it into an identical one of the same slot
-    /// (see the module docs). Returns the id of the row that holds it.
-    pub async fn insert_event(&self, event: &NewEvent) -> Result<i64> {
-        validate(event)?;
-        let key = aggregation_key(event, self.options().event_aggregation_ms);
-        if key.is_some() {
-            // The WHERE guards against a hash collision folding two
-            // different events: then nothing is returned and we insert plain.
-            let folded: Option<i64> = sqlx::query_scalar(
-                "INSERT INTO events (time_ms, last_time_ms, type, server_id, tool, action, rule, \
-                                     severity, reason, evidence, session, count, agg_key) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?) \
-                 ON CONFLICT (agg_key) WHERE agg_key IS NOT NULL DO UPDATE SET \
-                     count = count + 1, last_time_ms = MAX(last_time_ms, excluded.last_time_ms) \
-                 WHERE type = excluded.type AND server_id IS excluded.server_id \
-                   AND tool IS excluded.tool AND action = excluded.action \
-                   AND rule IS excluded.rule AND severity = excluded.severity \
-                   AND session IS excluded.session \
-                 RETURNING id",
-            )
-            .bind(event.time_ms)
-            .bind(event.time_ms)
-            .bind(&event.event_type)
-            .bind(&event.server_id)
-            .bind(&event.tool)
-            .bind(event.action.as_str())
-            .bind(&event.rule)
-            .bind(event.severity.as_str())
-            .bind(&event.reason)
-            .bind(&event.evidence_json)
-            .bind(&event.session)
-            .bind(key)
-            .fetch_optional(self.pool())
-            .await?;
-            if let Some(id) = folded {
-                return Ok(id);
-            }
-        }
-        let id: i64 = sqlx::query_scalar(
+async fn insert_one(
+    conn: &mut sqlx::SqliteConnection,
+    event: &NewEvent,
+    aggregation_ms: i64,
+) -> Result<i64> {
+    validate(event)?;
+    let key = aggregation_key(event, aggregation_ms);
+    if key.is_some() {
+        // The WHERE guards against a hash collision folding two
+        // different events: then nothing is returned and we insert plain.
+        let folded: Option<i64> = sqlx::query_scalar(
             "INSERT INTO events (time_ms, last_time_ms, type, server_id, tool, action, rule, \
                                  severity, reason, evidence, session, count, agg_key) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL) RETURNING id",
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?) \
+             ON CONFLICT (agg_key) WHERE agg_key IS NOT NULL DO UPDATE SET \
+                 count = count + 1, last_time_ms = MAX(last_time_ms, excluded.last_time_ms) \
+             WHERE type = excluded.type AND server_id IS excluded.server_id \
+               AND tool IS excluded.tool AND action = excluded.action \
+               AND rule IS excluded.rule AND severity = excluded.severity \
+               AND session IS excluded.session \
+             RETURNING id",
         )
         .bind(event.time_ms)
         .bind(event.time_ms)
@@ -386,9 +364,63 @@ impl Store {
         .bind(&event.reason)
         .bind(&event.evidence_json)
         .bind(&event.session)
-        .fetch_one(self.pool())
+        .bind(key)
+        .fetch_optional(&mut *conn)
         .await?;
-        Ok(id)
+        if let Some(id) = folded {
+            return Ok(id);
+        }
+    }
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO events (time_ms, last_time_ms, type, server_id, tool, action, rule, \
+                             severity, reason, evidence, session, count, agg_key) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL) RETURNING id",
+    )
+    .bind(event.time_ms)
+    .bind(event.time_ms)
+    .bind(&event.event_type)
+    .bind(&event.server_id)
+    .bind(&event.tool)
+    .bind(event.action.as_str())
+    .bind(&event.rule)
+    .bind(event.severity.as_str())
+    .bind(&event.reason)
+    .bind(&event.evidence_json)
+    .bind(&event.session)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(id)
+}
+
+impl Store {
+    /// Records an event, folding it into an identical one of the same slot
+    /// (see the module docs). Returns the id of the row that holds it.
+    pub async fn insert_event(&self, event: &NewEvent) -> Result<i64> {
+        let mut conn = self.pool().acquire().await?;
+        insert_one(&mut conn, event, self.options().event_aggregation_ms).await
+    }
+
+    /// Records several events in one transaction (one commit instead of
+    /// one per event); an invalid event is skipped and reported, the rest
+    /// are kept.
+    pub async fn insert_events(&self, events: &[NewEvent]) -> Result<usize> {
+        let mut tx = self.pool().begin().await?;
+        let mut written = 0;
+        let mut first_error = None;
+        for event in events {
+            match insert_one(&mut tx, event, self.options().event_aggregation_ms).await {
+                Ok(_) => written += 1,
+                Err(StoreError::Invalid(why)) => {
+                    first_error.get_or_insert(StoreError::Invalid(why));
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        tx.commit().await?;
+        match first_error {
+            Some(err) if written == 0 => Err(err),
+            _ => Ok(written),
+        }
     }
 
     /// Events matching `filter`: newest first, or oldest id first when
@@ -706,6 +738,36 @@ mod tests {
             "the WHERE guard must refuse to fold a different event"
         );
         assert_eq!(store.get_event(a).await.unwrap().unwrap().count, 1);
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_written_together_and_folds_like_single_inserts() {
+        let store = mem().await;
+        let called = ev(
+            10_000,
+            "mcp_tool_called",
+            "s",
+            Action::Allow,
+            Severity::Info,
+        );
+        let bad = ev(10_000, "Bad Type", "s", Action::Allow, Severity::Info);
+        let dropped = ev(10_001, "frame_dropped", "s", Action::Block, Severity::High);
+        let written = store
+            .insert_events(&[called.clone(), called.clone(), bad.clone(), dropped])
+            .await
+            .unwrap();
+        assert_eq!(written, 3, "the invalid event is skipped, the rest kept");
+        let rows = store.query_events(&EventFilter::default()).await.unwrap();
+        assert_eq!(rows.len(), 2, "two identical calls fold into one row");
+        let folded = rows
+            .iter()
+            .find(|e| e.event_type == "mcp_tool_called")
+            .unwrap();
+        assert_eq!(folded.count, 2);
+        assert!(matches!(
+            store.insert_events(&[bad]).await,
+            Err(StoreError::Invalid(_))
+        ));
     }
 
     #[tokio::test]
