@@ -436,7 +436,6 @@ fn audit_mode_records_without_blocking() {
 }
 
 #[test]
-#[ignore = "wrap refuses a denied server even in audit mode: crates/gatehouse-proxy/src/wrap.rs refuses on any Block from server_decision"]
 fn audit_mode_starts_a_denied_server_and_records_it() {
     let peers = Peers::locate();
     let sb = Sandbox::new();

@@ -211,9 +211,23 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     );
     let max_frame = usize::try_from(policy.limits.max_frame_bytes).unwrap_or(usize::MAX);
     if let gatehouse_config::Decision::Block { rule, reason } = decision {
-        relay.refuse(&rule, &reason);
-        eprintln!("gatehouse: refusing to start {server_name}: {reason} ({rule})");
-        return refuse_loop(relay, &recorder, max_frame).await;
+        if policy.is_audit_only() {
+            // Audit mode records what enforcement would do and blocks nothing.
+            eprintln!("gatehouse: audit mode: would refuse {server_name}: {reason} ({rule})");
+            recorder.event(
+                EngineEvent::new(
+                    "mcp_server_refused",
+                    gatehouse_engine::Severity::High,
+                    gatehouse_engine::Action::Audit,
+                    &rule,
+                )
+                .reason(format!("audit mode: would refuse to start: {reason}")),
+            );
+        } else {
+            relay.refuse(&rule, &reason);
+            eprintln!("gatehouse: refusing to start {server_name}: {reason} ({rule})");
+            return refuse_loop(relay, &recorder, max_frame).await;
+        }
     }
 
     if let Some(store) = &store {
@@ -766,7 +780,7 @@ async fn load_policy(home_dir: &Path, store: Option<&Store>, recorder: &Recorder
 const LAST_GOOD_KEY: &str = "policy.last_good";
 
 async fn remember_good_policy(store: &Store, loaded: &LoadedPolicy) {
-    let text = loaded.policy.to_toml();
+    let text = loaded.last_good_record();
     if store
         .get_meta(LAST_GOOD_KEY)
         .await
@@ -782,7 +796,7 @@ async fn remember_good_policy(store: &Store, loaded: &LoadedPolicy) {
 async fn last_good_policy(store: Option<&Store>) -> Policy {
     if let Some(store) = store {
         if let Ok(Some(text)) = store.get_meta(LAST_GOOD_KEY).await {
-            if let Ok(loaded) = gatehouse_config::check_text("last good policy (database)", &text) {
+            if let Ok(loaded) = gatehouse_config::compile_last_good(&text) {
                 return loaded.policy;
             }
         }
