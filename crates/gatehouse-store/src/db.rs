@@ -110,8 +110,6 @@ impl Store {
             .foreign_keys(true)
             .synchronous(SqliteSynchronous::Normal);
 
-        migrate(home_dir, &base, &options).await?;
-
         let pooled = base.clone().busy_timeout(options.busy_timeout);
         let pool = SqlitePoolOptions::new()
             .max_connections(options.max_connections.max(1))
@@ -120,6 +118,16 @@ impl Store {
             .test_before_acquire(false)
             .connect_with(pooled.clone())
             .await?;
+        // The common case (schema current, WAL on) is checked on the pool's
+        // own connection: no second connection, whose close would checkpoint
+        // and fsync on every start.
+        let current = {
+            let mut conn = pool.acquire().await?;
+            schema_is_current(&mut conn).await?
+        };
+        if !current {
+            migrate(home_dir, &base, &options).await?;
+        }
         for suffix in ["", "-wal", "-shm"] {
             let file = sibling(&path, suffix);
             if file.exists() {
@@ -262,17 +270,19 @@ async fn migrate(
     result
 }
 
-async fn migrate_with(home_dir: &Path, single: &SqlitePool, options: &StoreOptions) -> Result<()> {
-    let (found, mode) = {
-        let mut conn = single.acquire().await?;
-        let found = recorded_version(&mut conn).await?;
-        let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
-            .fetch_one(&mut *conn)
-            .await?;
-        (found, mode)
-    };
+/// Whether the schema is this version's and the journal is WAL; an error
+/// when the schema is newer than this build knows.
+async fn schema_is_current(conn: &mut sqlx::SqliteConnection) -> Result<bool> {
+    let found = recorded_version(conn).await?;
     check_not_newer(found)?;
-    if found == Some(SCHEMA_VERSION) && mode.eq_ignore_ascii_case("wal") {
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(found == Some(SCHEMA_VERSION) && mode.eq_ignore_ascii_case("wal"))
+}
+
+async fn migrate_with(home_dir: &Path, single: &SqlitePool, options: &StoreOptions) -> Result<()> {
+    if schema_is_current(&mut *single.acquire().await?).await? {
         return Ok(());
     }
 
