@@ -1,3 +1,6 @@
+//! Data-driven tests of every cross-server rule (tables of cases).
+#![allow(clippy::type_complexity)]
+
 use serde_json::{json, Value};
 
 use super::classify::{class_from_name, name_words};
