@@ -1264,7 +1264,7 @@ fn error_value(id: &RequestId, code: i64, message: &str) -> Value {
 
 /// The `isError` result a blocked call gets (DESIGN §4): names the rule, the
 /// reason and where to review it.
-fn blocked_call_result(
+pub(crate) fn blocked_call_result(
     id: &RequestId,
     server_id: &str,
     tool: &str,

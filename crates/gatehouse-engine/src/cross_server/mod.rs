@@ -530,3 +530,58 @@ fn shadowing(call: &CallFacts, facts: &ShadowFacts) -> Option<CrossFinding> {
     }
     None
 }
+
+/// The answer a blocked call gets (DESIGN §4): an `isError` result naming
+/// the rule and the reason (with the remaining cool-down for bursts).
+pub fn blocked_answer(
+    id: &gatehouse_protocol::RequestId,
+    server_id: &str,
+    tool: &str,
+    finding: &CrossFinding,
+) -> Vec<u8> {
+    let value = crate::relay::blocked_call_result(id, server_id, tool, finding.rule, &finding.reason);
+    serde_json::to_vec(&value).unwrap_or_default()
+}
+
+/// The event for a decision: `mcp_cross_server_blocked` for blocks (and
+/// audited blocks), `mcp_cross_server_alert` for alerts; evidence names the
+/// related earlier calls (server, tool, class, age, how linked) and never
+/// their data.
+pub fn decision_event(tool: &str, verdict: &CrossVerdict) -> Option<crate::EngineEvent> {
+    use crate::{Action, EngineEvent};
+    let (kind, action, f) = match verdict {
+        CrossVerdict::Allow => return None,
+        CrossVerdict::Alert(f) => ("mcp_cross_server_alert", Action::Alert, f),
+        CrossVerdict::Audit(f) => ("mcp_cross_server_blocked", Action::Audit, f),
+        CrossVerdict::Block(f) if f.hold => ("mcp_cross_server_blocked", Action::Hold, f),
+        CrossVerdict::Block(f) => ("mcp_cross_server_blocked", Action::Block, f),
+    };
+    let related: Vec<serde_json::Value> = f
+        .related
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "server": r.server_id,
+                "tool": r.tool,
+                "class": r.class.as_str(),
+                "age_ms": r.age_ms,
+                "linked": r.link.map(Link::as_str),
+            })
+        })
+        .collect();
+    let mut evidence = serde_json::json!({ "related": related });
+    if let Some(ms) = f.retry_after_ms {
+        evidence["retry_after_ms"] = ms.into();
+    }
+    let reason = if matches!(verdict, CrossVerdict::Audit(_)) {
+        format!("audit-only: would block: {}", f.reason)
+    } else {
+        f.reason.clone()
+    };
+    Some(
+        EngineEvent::new(kind, f.severity, action, f.rule)
+            .tool(tool)
+            .reason(reason)
+            .evidence(evidence),
+    )
+}
