@@ -6,7 +6,7 @@
 //! `BEGIN IMMEDIATE` transaction ([`Store::check_call`]). A blocked call is
 //! answered here with an `isError` result. The results of recorded reads are
 //! reduced to taint marks (keyed hashes, see `cross_server::taint`) and
-//! attached off the hot path. The tools this server exposes are published
+//! attached before the client sees them. The tools this server exposes are published
 //! per session for the shadowing rule. Package typosquatting is judged once,
 //! before the server starts.
 
@@ -152,7 +152,9 @@ impl Cross {
                     self.check_call(bytes, relay, &mut out).await
                 }
                 Output::ToClient(bytes) if !self.pending.is_empty() => {
-                    self.observe_result(&bytes);
+                    // Attached before the client sees the result, so no
+                    // later call of the session can miss it.
+                    self.observe_result(&bytes).await;
                     out.push(Output::ToClient(bytes));
                 }
                 other => out.push(other),
@@ -341,9 +343,9 @@ impl Cross {
         }
     }
 
-    /// A result of a recorded read: its taint marks are attached off the
-    /// hot path.
-    fn observe_result(&mut self, bytes: &[u8]) {
+    /// A result of a recorded read: its taint marks are attached (one
+    /// indexed UPDATE) before the result is forwarded.
+    async fn observe_result(&mut self, bytes: &[u8]) {
         let Ok(msg) = serde_json::from_slice::<Value>(bytes) else {
             return;
         };
@@ -358,14 +360,11 @@ impl Cross {
             return;
         };
         let marks = cross_server::taint::result_marks(&self.key, result);
-        let Some(store) = self.store.clone() else {
-            return;
-        };
-        tokio::spawn(async move {
+        if let Some(store) = &self.store {
             if let Err(err) = store.attach_result(call, &marks).await {
                 warn!(%err, "could not attach a result's taint marks");
             }
-        });
+        }
     }
 
     /// Removes this server's tools from the session (the process ends).
