@@ -45,7 +45,12 @@ impl Wire {
     }
 
     fn notify(&mut self, method: &str) {
-        writeln!(self.input, "{}", json!({"jsonrpc": "2.0", "method": method})).unwrap();
+        writeln!(
+            self.input,
+            "{}",
+            json!({"jsonrpc": "2.0", "method": method})
+        )
+        .unwrap();
         self.input.flush().unwrap();
     }
 
@@ -129,7 +134,11 @@ fn ide(sb: &Sandbox, name: &str, servers: &[(&str, Vec<String>, &[&str])]) -> Id
             let ok = Command::new("mkfifo").arg(&fifo).status().unwrap();
             assert!(ok.success(), "mkfifo {}", fifo.display());
         }
-        let wrap: Vec<String> = sb.wrap_argv(id, pass, argv).iter().map(|a| quote(a)).collect();
+        let wrap: Vec<String> = sb
+            .wrap_argv(id, pass, argv)
+            .iter()
+            .map(|a| quote(a))
+            .collect();
         script += &format!(
             "{} <{} >{} &\n",
             wrap.join(" "),
@@ -201,7 +210,10 @@ fn seed_and_read(w: &mut Wire) -> String {
     assert_eq!(blocked_by(&created), None, "a write on one server passes");
     let read = w.call("read_graph", json!({}));
     let text = gatehouse_e2e::result_text(&read);
-    assert!(text.contains("BLUEHERON-7731"), "the reader returned the secret: {text}");
+    assert!(
+        text.contains("BLUEHERON-7731"),
+        "the reader returned the secret: {text}"
+    );
     text
 }
 
@@ -246,14 +258,32 @@ fn linked_exfiltration_is_blocked_and_an_unrelated_send_alerts() {
     assert_eq!(blocked.len(), 1, "one block event: {blocked:?}");
     let b = &blocked[0];
     assert_eq!(
-        (b["rule"].as_str(), b["severity"].as_str(), b["server"].as_str()),
-        (Some("cross_server.read_then_send"), Some("critical"), Some("mailer"))
+        (
+            b["rule"].as_str(),
+            b["severity"].as_str(),
+            b["server"].as_str()
+        ),
+        (
+            Some("cross_server.read_then_send"),
+            Some("critical"),
+            Some("mailer")
+        )
     );
     let evidence = b["evidence"].to_string();
-    assert!(evidence.contains("read_graph") && evidence.contains("memory"), "{evidence}");
-    assert!(!evidence.contains("BLUEHERON"), "evidence is redacted: {evidence}");
+    assert!(
+        evidence.contains("read_graph") && evidence.contains("memory"),
+        "{evidence}"
+    );
+    assert!(
+        !evidence.contains("BLUEHERON"),
+        "evidence is redacted: {evidence}"
+    );
     let alerts = events_of(&sb, "mcp_cross_server_alert");
-    assert_eq!(alerts.len(), 1, "the unrelated send is an alert: {alerts:?}");
+    assert_eq!(
+        alerts.len(),
+        1,
+        "the unrelated send is an alert: {alerts:?}"
+    );
     let db = std::fs::read(sb.gatehouse_home().join("gatehouse.db")).unwrap();
     assert!(
         !db.windows(14).any(|w| w == b"BLUEHERON-7731"),
@@ -265,8 +295,16 @@ fn linked_exfiltration_is_blocked_and_an_unrelated_send_alerts() {
 fn two_client_sessions_do_not_see_each_other() {
     let peers = Peers::locate();
     let sb = Sandbox::new();
-    let mut a = ide(&sb, "ide-a", &[("memory", memory(&peers), &["MEMORY_FILE_PATH"])]);
-    let mut b = ide(&sb, "ide-b", &[("mailer", peers.py_server("send_server.py", &[]), &[])]);
+    let mut a = ide(
+        &sb,
+        "ide-a",
+        &[("memory", memory(&peers), &["MEMORY_FILE_PATH"])],
+    );
+    let mut b = ide(
+        &sb,
+        "ide-b",
+        &[("mailer", peers.py_server("send_server.py", &[]), &[])],
+    );
     a.wire("memory").start();
     b.wire("mailer").start();
     seed_and_read(a.wire("memory"));
@@ -301,7 +339,10 @@ fn shadowed_tool_names_are_held_unless_the_same_server() {
     for id in ["mailer", "twin"] {
         let r = ide.wire(id).call("send_message", json!({"body": "hi"}));
         let why = blocked_by(&r).unwrap_or_else(|| panic!("{id}'s shadowed call is held"));
-        assert!(why.starts_with("cross_server.shadowing") && why.contains("neither is older"), "{why}");
+        assert!(
+            why.starts_with("cross_server.shadowing") && why.contains("neither is older"),
+            "{why}"
+        );
     }
     drop(ide);
     let held: Vec<Value> = events_of(&sb, "mcp_cross_server_blocked")
@@ -316,14 +357,22 @@ fn same_launch_command_is_not_a_shadow() {
     let peers = Peers::locate();
     let sb = Sandbox::new();
     let argv = peers.py_server("send_server.py", &[]);
-    let mut ide = ide(&sb, "ide", &[("one", argv.clone(), &[]), ("two", argv, &[])]);
+    let mut ide = ide(
+        &sb,
+        "ide",
+        &[("one", argv.clone(), &[]), ("two", argv, &[])],
+    );
     for id in ["one", "two"] {
         ide.wire(id).start();
         ide.wire(id).list();
     }
     for id in ["one", "two"] {
         let r = ide.wire(id).call("send_message", json!({"body": "hi"}));
-        assert_eq!(blocked_by(&r), None, "{id}: two entries of one command are one server");
+        assert_eq!(
+            blocked_by(&r),
+            None,
+            "{id}: two entries of one command are one server"
+        );
     }
 }
 
@@ -337,31 +386,54 @@ fn a_burst_is_cooled_down_with_the_remaining_time() {
         "[cross_server.burst]\nmax_calls = 3\nwindow_secs = 60\ncooldown_secs = 120\n",
     )
     .unwrap();
-    let mut ide = ide(&sb, "ide", &[("notes", peers.py_server("send_server.py", &["read_note"]), &[])]);
+    let mut ide = ide(
+        &sb,
+        "ide",
+        &[(
+            "notes",
+            peers.py_server("send_server.py", &["read_note"]),
+            &[],
+        )],
+    );
     ide.wire("notes").start();
     ide.wire("notes").list();
     for i in 0..3 {
-        let r = ide.wire("notes").call("read_note", json!({"text": format!("n{i}")}));
+        let r = ide
+            .wire("notes")
+            .call("read_note", json!({"text": format!("n{i}")}));
         assert_eq!(blocked_by(&r), None, "call {i} is within the burst");
     }
     for _ in 0..2 {
-        let r = ide.wire("notes").call("read_note", json!({"text": "again"}));
+        let r = ide
+            .wire("notes")
+            .call("read_note", json!({"text": "again"}));
         let why = blocked_by(&r).expect("the burst is cooled down");
         assert!(why.starts_with("cross_server.burst"), "{why}");
-        assert!(why.contains("s more"), "the answer says the remaining cool-down: {why}");
+        assert!(
+            why.contains("s more"),
+            "the answer says the remaining cool-down: {why}"
+        );
     }
 }
 
 #[test]
 fn a_typosquatted_package_is_held_before_it_runs() {
     let sb = Sandbox::new();
-    let argv: Vec<String> = ["npx", "-y", "@modelcontextprotocol/server-filesystam", "/tmp"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let argv: Vec<String> = [
+        "npx",
+        "-y",
+        "@modelcontextprotocol/server-filesystam",
+        "/tmp",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let mut ide = ide(&sb, "ide", &[("files", argv, &[])]);
     let init = ide.wire("files").start();
-    let message = init["error"]["message"].as_str().unwrap_or_default().to_string();
+    let message = init["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     assert!(
         message.contains("cross_server.typosquat.package") || message.contains("filesystem"),
         "initialize is refused naming the rule: {init}"

@@ -66,7 +66,7 @@ pub fn rules_for(policy: &Policy, server: &ServerSettings) -> CrossRules {
     CrossRules {
         read_then_send: flow(cs.read_then_send.mode, cs.read_then_send.window, true),
         flow: flow(cs.flow.mode, cs.flow.window, server.flow_checked),
-        burst: server.burst_checked.then(|| BurstSettings {
+        burst: server.burst_checked.then_some(BurstSettings {
             max_calls: cs.burst.max_calls,
             window_ms: cs.burst.window.as_millis() as i64,
             cooldown_ms: cs.burst.cooldown.as_millis() as i64,

@@ -838,7 +838,14 @@ mod tests {
             .unwrap();
         store.attach_result(own, b"marks-mail").await.unwrap();
         store
-            .set_session_tools("s", "fs", "fs", "sha256:aa", &["send_email", "read_file"], 900)
+            .set_session_tools(
+                "s",
+                "fs",
+                "fs",
+                "sha256:aa",
+                &["send_email", "read_file"],
+                900,
+            )
             .await
             .unwrap();
         store
@@ -870,19 +877,30 @@ mod tests {
                     let mut ids: Vec<_> =
                         snap.exposing.iter().map(|e| e.server_id.as_str()).collect();
                     ids.sort_unstable();
-                    assert_eq!(ids, ["fs", "mail"], "both servers of this session, not the other");
-                    assert!(snap.exposing.iter().all(|e| e.pinned_at_ms.is_none()), "no pins yet");
+                    assert_eq!(
+                        ids,
+                        ["fs", "mail"],
+                        "both servers of this session, not the other"
+                    );
+                    assert!(
+                        snap.exposing.iter().all(|e| e.pinned_at_ms.is_none()),
+                        "no pins yet"
+                    );
                     CallDecision::deny(())
                 },
             )
             .await
             .unwrap();
         store
-            .check_call(check(LoadResults::None, None), call("mail", "x", "read"), |snap| {
-                assert!(snap.entries.iter().all(|e| e.result.is_none()));
-                assert!(snap.exposing.is_empty(), "not asked for");
-                CallDecision::deny(())
-            })
+            .check_call(
+                check(LoadResults::None, None),
+                call("mail", "x", "read"),
+                |snap| {
+                    assert!(snap.entries.iter().all(|e| e.result.is_none()));
+                    assert!(snap.exposing.is_empty(), "not asked for");
+                    CallDecision::deny(())
+                },
+            )
             .await
             .unwrap();
         store

@@ -539,7 +539,8 @@ pub fn blocked_answer(
     tool: &str,
     finding: &CrossFinding,
 ) -> Vec<u8> {
-    let value = crate::relay::blocked_call_result(id, server_id, tool, finding.rule, &finding.reason);
+    let value =
+        crate::relay::blocked_call_result(id, server_id, tool, finding.rule, &finding.reason);
     serde_json::to_vec(&value).unwrap_or_default()
 }
 
