@@ -1,6 +1,6 @@
 //! Tool classification: `read`, `write`, `send`, `compute` or `unknown`, from
 //! the name (split on `_ - .` and camelCase), else the description; policy
-//! overrides replace what the name says; declared annotations only raise risk.
+//! overrides only add risk to what the name says; declared annotations only raise risk.
 
 use serde_json::Value;
 
@@ -202,16 +202,19 @@ pub fn class_from_description(description: &str) -> Option<ToolClass> {
 /// description, annotations) when known; `overrides` are the policy's
 /// classes for this name (several: the riskiest).
 pub fn classify(tool: &str, definition: Option<&Value>, overrides: &[ToolClass]) -> ToolClass {
+    let named = class_from_name(tool)
+        .or_else(|| {
+            definition
+                .and_then(|d| d.get("description"))
+                .and_then(Value::as_str)
+                .and_then(class_from_description)
+        })
+        .unwrap_or(ToolClass::Unknown);
+    // Overrides add classes; they never lower what the name says.
     let mut class = match overrides.iter().max() {
-        Some(class) => *class,
-        None => class_from_name(tool)
-            .or_else(|| {
-                definition
-                    .and_then(|d| d.get("description"))
-                    .and_then(Value::as_str)
-                    .and_then(class_from_description)
-            })
-            .unwrap_or(ToolClass::Unknown),
+        Some(o) if named == ToolClass::Unknown => *o,
+        Some(o) => named.raise(*o),
+        None => named,
     };
     // Annotations may only raise risk: `readOnlyHint` never lowers anything;
     // a destructive or open-world tool is at least a write.
