@@ -65,8 +65,20 @@ fn classifier_table() {
             "destructive raises a read",
         ),
         ("mail_out", None, &[Send], Send, "policy override"),
-        ("send_x", None, &[Read], Send, "an override never lowers the name"),
-        ("frob", None, &[Read], Read, "an override classifies an unknown name"),
+        (
+            "send_x",
+            None,
+            &[Read],
+            Send,
+            "an override never lowers the name",
+        ),
+        (
+            "frob",
+            None,
+            &[Read],
+            Read,
+            "an override classifies an unknown name",
+        ),
         (
             "get_thing",
             None,
