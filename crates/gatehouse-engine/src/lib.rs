@@ -10,6 +10,7 @@
 //! nonces and stored state are passed in; the same inputs give the same
 //! outputs.
 
+pub mod cross_server;
 pub mod env;
 pub mod inspect;
 pub mod launch;

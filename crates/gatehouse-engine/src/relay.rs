@@ -42,6 +42,8 @@ struct SeenTool {
     exposed: bool,
     /// Why it is withheld (rule id), when it is.
     withheld_rule: &'static str,
+    /// The definition's description and annotations (for classification).
+    facts: Value,
 }
 
 /// Which peer sent a frame.
@@ -101,6 +103,7 @@ pub struct Relay<I: Inspector> {
     last_list_changed_ms: Option<u64>,
     trailing_list_changed: bool,
     refused: Option<(String, String)>,
+    tools_generation: u64,
 }
 
 impl<I: Inspector> Relay<I> {
@@ -130,6 +133,7 @@ impl<I: Inspector> Relay<I> {
             last_list_changed_ms: None,
             trailing_list_changed: false,
             refused: None,
+            tools_generation: 0,
         }
     }
 
@@ -147,6 +151,29 @@ impl<I: Inspector> Relay<I> {
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// Changes whenever a listed tool is judged (cross-server hosts re-read
+    /// [`Relay::exposed_tools`] then).
+    pub fn tools_generation(&self) -> u64 {
+        self.tools_generation
+    }
+
+    /// Names of the tools the client currently sees.
+    pub fn exposed_tools(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .tools
+            .iter()
+            .filter(|(_, t)| t.exposed)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// A listed tool's description and annotations (`{"description", "annotations"}`).
+    pub fn tool_facts(&self, tool: &str) -> Option<&Value> {
+        self.tools.get(tool).map(|t| &t.facts)
     }
 
     /// Replaces the audit-only switch (pause / resume).
@@ -821,8 +848,13 @@ impl<I: Inspector> Relay<I> {
                 hash,
                 exposed,
                 withheld_rule: if rule.is_empty() { "pin.held" } else { rule },
+                facts: json!({
+                    "description": tool.get("description").cloned().unwrap_or(Value::Null),
+                    "annotations": tool.get("annotations").cloned().unwrap_or(Value::Null),
+                }),
             },
         );
+        self.tools_generation += 1;
         exposed
     }
 
@@ -1232,7 +1264,7 @@ fn error_value(id: &RequestId, code: i64, message: &str) -> Value {
 
 /// The `isError` result a blocked call gets (DESIGN §4): names the rule, the
 /// reason and where to review it.
-fn blocked_call_result(
+pub(crate) fn blocked_call_result(
     id: &RequestId,
     server_id: &str,
     tool: &str,

@@ -12,6 +12,7 @@
 
 pub mod adapters;
 pub mod child;
+pub mod cross;
 pub mod lines;
 mod outbox;
 pub mod session;

@@ -210,6 +210,19 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         exe.to_str(),
     );
     let max_frame = usize::try_from(policy.limits.max_frame_bytes).unwrap_or(usize::MAX);
+    let mut held = Vec::new(); // issue 5: typosquatting (cross.rs)
+    let typosquat = crate::cross::startup_checks(
+        store.as_ref(),
+        &policy,
+        &opts.server_id,
+        &opts.argv,
+        &mut held,
+    )
+    .await;
+    held.into_iter().for_each(|e| recorder.event(e));
+    let decision = typosquat.map_or(decision, |(rule, reason)| {
+        gatehouse_config::Decision::Block { rule, reason }
+    });
     if let gatehouse_config::Decision::Block { rule, reason } = decision {
         if policy.is_audit_only() {
             // Audit mode records what enforcement would do and blocks nothing.
@@ -280,6 +293,19 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         recorder: &recorder,
         pin_server_id: &pin_server_id,
     };
+    let me = crate::cross::CrossIdentity {
+        session: session.clone(),
+        server_id: opts.server_id.clone(),
+        pin_server_id: pin_server_id.clone(),
+        command_hash: command_hash.clone(),
+    };
+    let mut cross = crate::cross::Cross::new(
+        store.clone(),
+        me,
+        &policy,
+        &server_settings,
+        crate::cross::taint_key(&home::install_key(&home_dir)?),
+    );
 
     let exit = loop {
         let tick = relay.next_deadline_ms();
@@ -341,6 +367,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 break Some(128 + sig);
             }
         };
+        let outputs = cross.filter(outputs, &relay).await;
         ctx.dispatch(outputs, &mut client_out, &mut server_out);
         if !client_open
             && server_out.is_open()
@@ -368,6 +395,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             }
         },
     };
+    cross.leave().await;
     recorder.finish().await;
     Ok(code)
 }

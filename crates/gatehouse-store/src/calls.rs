@@ -62,7 +62,9 @@ pub struct WindowEntry {
 }
 
 /// What `decide` sees: the session's calls with `time_ms >= window_start_ms`
-/// (oldest first) and its rate buckets (by server id).
+/// (oldest first), its rate buckets (by server id; with
+/// [`Store::check_call`] only the calling server's), and the servers of the
+/// session exposing the called tool (when asked for).
 #[derive(Debug, Clone, PartialEq)]
 pub struct WindowSnapshot {
     pub session: String,
@@ -70,6 +72,38 @@ pub struct WindowSnapshot {
     pub window_start_ms: i64,
     pub entries: Vec<WindowEntry>,
     pub buckets: Vec<(String, BucketState)>,
+    pub exposing: Vec<ExposingServer>,
+}
+
+/// A server of the session that listed the called tool's name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExposingServer {
+    pub server_id: String,
+    pub command_hash: String,
+    /// When its pin of that name was made (None: not pinned).
+    pub pinned_at_ms: Option<i64>,
+}
+
+/// Which recorded results [`Store::check_call`] loads (they can be large).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadResults<'a> {
+    /// None.
+    None,
+    /// Those of `read` calls of other servers than this one.
+    OtherReads(&'a str),
+    /// All.
+    All,
+}
+
+/// One call check: the session, the time, how far back to look, what to load.
+#[derive(Debug, Clone, Copy)]
+pub struct CallCheck<'a> {
+    pub session: &'a str,
+    pub now_ms: i64,
+    pub window_ms: i64,
+    pub results: LoadResults<'a>,
+    /// Load the session's servers exposing this tool name (shadowing).
+    pub exposing: Option<&'a str>,
 }
 
 impl WindowSnapshot {
@@ -180,12 +214,46 @@ async fn load_entries(
     Ok(rows.into_iter().map(WindowEntry::from).collect())
 }
 
+/// Everything a check reads, in one statement (one round trip): kind 0 is a
+/// call row (every row of the session: pruning keeps at most about two
+/// windows, and the oldest decides whether to prune), kind 1 the caller's
+/// bucket, kind 2 a server exposing the called tool.
+const SNAPSHOT_SQL: &str = "\
+SELECT 0 AS kind, id, server_id, tool, category, time_ms, outcome, detail, \
+       CASE WHEN ?3 = 2 OR (?3 = 1 AND category = 'read' AND server_id != ?2) THEN result END AS result, \
+       NULL AS num, NULL AS num2 \
+  FROM call_window WHERE session = ?1 \
+UNION ALL \
+SELECT 1, 0, server_id, '', '', updated_ms, '', NULL, NULL, tokens, cooldown_until_ms \
+  FROM rate_buckets WHERE session = ?1 AND (?4 = 1 OR server_id = ?2) \
+UNION ALL \
+SELECT 2, 0, t.server_id, t.command_hash, '', 0, '', NULL, NULL, NULL, p.pinned_at_ms \
+  FROM session_tools t LEFT JOIN pins p ON p.server_id = t.pin_server_id AND p.name = t.name \
+ WHERE t.session = ?1 AND t.name = ?5";
+
+#[derive(sqlx::FromRow)]
+struct SnapshotRow {
+    kind: i64,
+    id: i64,
+    server_id: String,
+    tool: String,
+    category: String,
+    time_ms: i64,
+    outcome: String,
+    detail: Option<Vec<u8>>,
+    result: Option<Vec<u8>>,
+    num: Option<f64>,
+    num2: Option<i64>,
+}
+
 impl Store {
     /// Checks a call against the session's recent calls and records it, in
     /// one `BEGIN IMMEDIATE` transaction: no other process can record a call
     /// of any session between the snapshot `decide` sees and the write of its
     /// decision. `decide` must be pure and quick (it runs holding the write
     /// lock). Past the busy budget: [`StoreError::Busy`], nothing written.
+    /// Loads every result and every bucket of the session; see
+    /// [`Store::check_call`] for the lean form.
     pub async fn check_and_record_call<V, F>(
         &self,
         session: &str,
@@ -198,6 +266,35 @@ impl Store {
         F: FnOnce(&WindowSnapshot) -> CallDecision<V> + Send,
         V: Send,
     {
+        let check = CallCheck {
+            session,
+            now_ms,
+            window_ms,
+            results: LoadResults::All,
+            exposing: None,
+        };
+        self.check_call(check, call, decide).await
+    }
+
+    /// [`Store::check_and_record_call`] with a choice of what to load: one
+    /// read statement, then only the writes the decision asks for.
+    pub async fn check_call<V, F>(
+        &self,
+        check: CallCheck<'_>,
+        call: NewCall,
+        decide: F,
+    ) -> Result<CheckOutcome<V>>
+    where
+        F: FnOnce(&WindowSnapshot) -> CallDecision<V> + Send,
+        V: Send,
+    {
+        let CallCheck {
+            session,
+            now_ms,
+            window_ms,
+            results,
+            exposing,
+        } = check;
         if session.is_empty() || call.server_id.is_empty() {
             return Err(StoreError::Invalid("call needs a session and a server id"));
         }
@@ -205,20 +302,64 @@ impl Store {
             return Err(StoreError::Invalid("window must be positive"));
         }
         let window_start_ms = now_ms.saturating_sub(window_ms);
+        let (mode, other_than) = match results {
+            LoadResults::None => (0, call.server_id.as_str()),
+            LoadResults::OtherReads(server) => (1, server),
+            LoadResults::All => (2, call.server_id.as_str()),
+        };
+        let all_buckets = matches!(results, LoadResults::All);
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
-        let entries = load_entries(&mut tx, session, window_start_ms).await?;
-        let buckets = rate_buckets::load(&mut tx, session).await?;
-        let oldest: Option<i64> =
-            sqlx::query_scalar("SELECT MIN(time_ms) FROM call_window WHERE session = ?")
-                .bind(session)
-                .fetch_one(&mut *tx)
-                .await?;
+        let rows: Vec<SnapshotRow> = sqlx::query_as(SNAPSHOT_SQL)
+            .bind(session)
+            .bind(other_than)
+            .bind(mode)
+            .bind(i64::from(all_buckets))
+            .bind(exposing.unwrap_or(""))
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut oldest: Option<i64> = None;
+        let mut entries = Vec::new();
+        let mut buckets = Vec::new();
+        let mut exposing_rows = Vec::new();
+        for row in rows {
+            match row.kind {
+                0 => {
+                    oldest = Some(oldest.map_or(row.time_ms, |o| o.min(row.time_ms)));
+                    if row.time_ms >= window_start_ms {
+                        entries.push(WindowEntry::from(EntryRow {
+                            id: row.id,
+                            server_id: row.server_id,
+                            tool: row.tool,
+                            category: row.category,
+                            time_ms: row.time_ms,
+                            outcome: row.outcome,
+                            detail: row.detail,
+                            result: row.result,
+                        }));
+                    }
+                }
+                1 => buckets.push(rate_buckets::parse_parts(
+                    row.server_id,
+                    row.num.unwrap_or(f64::NAN),
+                    row.time_ms,
+                    row.num2.unwrap_or(0),
+                )?),
+                _ => exposing_rows.push(ExposingServer {
+                    server_id: row.server_id,
+                    command_hash: row.tool,
+                    pinned_at_ms: row.num2,
+                }),
+            }
+        }
+        entries.sort_by_key(|e| (e.time_ms, e.call.id));
+        buckets.sort_by(|a, b| a.0.cmp(&b.0));
         let snapshot = WindowSnapshot {
             session: session.to_owned(),
             now_ms,
             window_start_ms,
             entries,
             buckets,
+            exposing: exposing_rows,
         };
         let decision = decide(&snapshot);
         drop(snapshot);
@@ -256,6 +397,51 @@ impl Store {
         }
         tx.commit().await?;
         Ok(CheckOutcome { decision, recorded })
+    }
+
+    /// Replaces the tool names `server_id` exposes in `session` (shadowing).
+    pub async fn set_session_tools(
+        &self,
+        session: &str,
+        server_id: &str,
+        pin_server_id: &str,
+        command_hash: &str,
+        names: &[&str],
+        now_ms: i64,
+    ) -> Result<()> {
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query("DELETE FROM session_tools WHERE session = ? AND server_id = ?")
+            .bind(session)
+            .bind(server_id)
+            .execute(&mut *tx)
+            .await?;
+        for name in names {
+            sqlx::query(
+                "INSERT OR REPLACE INTO session_tools \
+                 (session, name, server_id, pin_server_id, command_hash, updated_ms) \
+                 VALUES (?, ?, ?, ?, ?, ?)",
+            )
+            .bind(session)
+            .bind(name)
+            .bind(server_id)
+            .bind(pin_server_id)
+            .bind(command_hash)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Deletes session tool rows not refreshed since `before_ms` (sessions
+    /// whose wrap processes died without leaving).
+    pub async fn prune_session_tools(&self, before_ms: i64) -> Result<u64> {
+        let done = sqlx::query("DELETE FROM session_tools WHERE updated_ms < ?")
+            .bind(before_ms)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected())
     }
 
     /// Adds taint material to a recorded call once its result arrived. False
@@ -631,6 +817,108 @@ mod tests {
                 "round {round}: exactly N allowed and recorded"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn lean_check_loads_what_it_is_asked_for() {
+        let store = mem().await;
+        let allow = |_: &WindowSnapshot| CallDecision::allow(());
+        let read = store
+            .check_and_record_call("s", 1000, 30_000, call("fs", "read_file", "read"), allow)
+            .await
+            .unwrap()
+            .recorded
+            .unwrap();
+        store.attach_result(read, b"marks-fs").await.unwrap();
+        let own = store
+            .check_and_record_call("s", 1100, 30_000, call("mail", "list_mail", "read"), allow)
+            .await
+            .unwrap()
+            .recorded
+            .unwrap();
+        store.attach_result(own, b"marks-mail").await.unwrap();
+        store
+            .set_session_tools(
+                "s",
+                "fs",
+                "fs",
+                "sha256:aa",
+                &["send_email", "read_file"],
+                900,
+            )
+            .await
+            .unwrap();
+        store
+            .set_session_tools("s", "mail", "mail", "sha256:bb", &["send_email"], 950)
+            .await
+            .unwrap();
+        store
+            .set_session_tools("other", "x", "x", "sha256:cc", &["send_email"], 950)
+            .await
+            .unwrap();
+        let check = |results, exposing| CallCheck {
+            session: "s",
+            now_ms: 2000,
+            window_ms: 30_000,
+            results,
+            exposing,
+        };
+        store
+            .check_call(
+                check(LoadResults::OtherReads("mail"), Some("send_email")),
+                call("mail", "send_email", "send"),
+                |snap| {
+                    let results: Vec<_> = snap.entries.iter().map(|e| e.result.clone()).collect();
+                    assert_eq!(
+                        results,
+                        [Some(b"marks-fs".to_vec()), None],
+                        "only other servers' read results are loaded"
+                    );
+                    let mut ids: Vec<_> =
+                        snap.exposing.iter().map(|e| e.server_id.as_str()).collect();
+                    ids.sort_unstable();
+                    assert_eq!(
+                        ids,
+                        ["fs", "mail"],
+                        "both servers of this session, not the other"
+                    );
+                    assert!(
+                        snap.exposing.iter().all(|e| e.pinned_at_ms.is_none()),
+                        "no pins yet"
+                    );
+                    CallDecision::deny(())
+                },
+            )
+            .await
+            .unwrap();
+        store
+            .check_call(
+                check(LoadResults::None, None),
+                call("mail", "x", "read"),
+                |snap| {
+                    assert!(snap.entries.iter().all(|e| e.result.is_none()));
+                    assert!(snap.exposing.is_empty(), "not asked for");
+                    CallDecision::deny(())
+                },
+            )
+            .await
+            .unwrap();
+        store
+            .set_session_tools("s", "fs", "fs", "sha256:aa", &["read_file"], 1000)
+            .await
+            .unwrap();
+        store
+            .check_call(
+                check(LoadResults::None, Some("send_email")),
+                call("mail", "send_email", "send"),
+                |snap| {
+                    assert_eq!(snap.exposing.len(), 1, "fs listed again without send_email");
+                    CallDecision::deny(())
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.prune_session_tools(1001).await.unwrap(), 3);
     }
 
     const CHILD_ENV: &str = "GATEHOUSE_STORE_TEST_CHILD";

@@ -55,7 +55,10 @@ mod tools;
 mod ui_sessions;
 mod util;
 
-pub use calls::{CallDecision, CallId, CheckOutcome, NewCall, WindowEntry, WindowSnapshot};
+pub use calls::{
+    CallCheck, CallDecision, CallId, CheckOutcome, ExposingServer, LoadResults, NewCall,
+    WindowEntry, WindowSnapshot,
+};
 pub use consent::{ConsentKind, ConsentRequest, ConsentState, NewConsent};
 pub use db::{Store, StoreOptions, DB_FILE, LOCK_FILE, SCHEMA_VERSION};
 pub use error::{Result, StoreError};

@@ -41,10 +41,16 @@ pub struct MaintenanceReport {
     pub events: PruneReport,
     pub calls: u64,
     pub rate_buckets: u64,
+    /// Tool rows of sessions whose wrap processes ended without leaving.
+    pub session_tools: u64,
     pub consents_expired: u64,
     pub consents_deleted: u64,
     pub ui_sessions: u64,
 }
+
+/// A session's tool rows are replaced on every listing and deleted when its
+/// wrap process ends; rows this old belong to processes that died.
+const SESSION_TOOLS_MAX_AGE_MS: i64 = 7 * 24 * 60 * MINUTE_MS;
 
 impl Store {
     /// Expires and prunes every table per `policy`.
@@ -63,6 +69,9 @@ impl Store {
                 .await?,
             rate_buckets: self
                 .prune_rate_buckets(now_ms.saturating_sub(policy.rate_bucket_idle_ms))
+                .await?,
+            session_tools: self
+                .prune_session_tools(now_ms.saturating_sub(SESSION_TOOLS_MAX_AGE_MS))
                 .await?,
             ui_sessions: self
                 .prune_ui_sessions(now_ms.saturating_sub(policy.ui_session_idle_ms))

@@ -44,19 +44,19 @@ fn parse(row: BucketRow) -> Result<(String, BucketState)> {
     ))
 }
 
-/// Every bucket of one session, by server id.
-pub(crate) async fn load(
-    conn: &mut SqliteConnection,
-    session: &str,
-) -> Result<Vec<(String, BucketState)>> {
-    let rows: Vec<BucketRow> = sqlx::query_as(
-        "SELECT server_id, tokens, updated_ms, cooldown_until_ms FROM rate_buckets \
-         WHERE session = ? ORDER BY server_id",
-    )
-    .bind(session)
-    .fetch_all(&mut *conn)
-    .await?;
-    rows.into_iter().map(parse).collect()
+/// A bucket from its columns (read as part of a larger statement).
+pub(crate) fn parse_parts(
+    server_id: String,
+    tokens: f64,
+    updated_ms: i64,
+    cooldown_until_ms: i64,
+) -> Result<(String, BucketState)> {
+    parse(BucketRow {
+        server_id,
+        tokens,
+        updated_ms,
+        cooldown_until_ms,
+    })
 }
 
 /// Writes one bucket.

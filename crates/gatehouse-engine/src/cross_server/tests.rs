@@ -1,0 +1,851 @@
+//! Data-driven tests of every cross-server rule (tables of cases).
+#![allow(clippy::type_complexity)]
+
+use serde_json::{json, Value};
+
+use super::classify::{class_from_name, name_words};
+use super::taint::{decodings, is_distinctive, result_marks};
+use super::typosquat::{most_similar, package_name, similar_package};
+use super::*;
+
+fn key() -> TaintKey {
+    TaintKey::new(&[7u8; 32])
+}
+
+#[test]
+fn classifier_table() {
+    use ToolClass::*;
+    let cases: &[(&str, Option<Value>, &[ToolClass], ToolClass, &str)] = &[
+        ("read_file", None, &[], Read, "read_ prefix"),
+        ("get-user", None, &[], Read, "dash split"),
+        ("searchNodes", None, &[], Read, "camelCase"),
+        ("lookup.record", None, &[], Read, "dot split"),
+        ("list_issues", None, &[], Read, "list"),
+        ("write_file", None, &[], Write, "write"),
+        ("createEntities", None, &[], Write, "create camel"),
+        ("delete_repo", None, &[], Write, "delete"),
+        ("send_email", None, &[], Send, "send"),
+        ("sendEmail", None, &[], Send, "sendEmail"),
+        ("gmail.send", None, &[], Send, "verb after a non-verb"),
+        ("http_request", None, &[], Send, "http first"),
+        ("email_team", None, &[], Send, "email first"),
+        ("read_email", None, &[], Read, "email later is a noun"),
+        ("get_post", None, &[], Read, "first verb decides"),
+        ("publishPackage", None, &[], Send, "publish"),
+        ("run_query", None, &[], Compute, "run"),
+        ("execute_command", None, &[], Compute, "execute"),
+        ("HTTPGet", None, &[], Send, "acronym split"),
+        ("frobnicate", None, &[], Unknown, "nothing known"),
+        (
+            "frobnicate",
+            Some(json!({"description": "Sends the text to a Slack channel."})),
+            &[],
+            Send,
+            "description fallback",
+        ),
+        (
+            "notes",
+            Some(json!({"description": "Returns the stored notes."})),
+            &[],
+            Read,
+            "description read",
+        ),
+        (
+            "send_digest",
+            Some(json!({"annotations": {"readOnlyHint": true}})),
+            &[],
+            Send,
+            "readOnlyHint never lowers",
+        ),
+        (
+            "read_and_purge",
+            Some(json!({"annotations": {"destructiveHint": true}})),
+            &[],
+            Write,
+            "destructive raises a read",
+        ),
+        ("mail_out", None, &[Send], Send, "policy override"),
+        (
+            "send_x",
+            None,
+            &[Read],
+            Send,
+            "an override never lowers the name",
+        ),
+        (
+            "frob",
+            None,
+            &[Read],
+            Read,
+            "an override classifies an unknown name",
+        ),
+        (
+            "get_thing",
+            None,
+            &[Read, Send],
+            Send,
+            "several overrides: riskiest",
+        ),
+        (
+            "mail_out",
+            Some(json!({"annotations": {"destructiveHint": true}})),
+            &[Read],
+            Write,
+            "annotations raise an override too",
+        ),
+    ];
+    for (name, def, overrides, want, why) in cases {
+        assert_eq!(
+            classify(name, def.as_ref(), overrides),
+            *want,
+            "{name}: {why}"
+        );
+    }
+    assert_eq!(name_words("HTTPGetURLs2x"), ["http", "get", "ur", "ls2x"]);
+    assert_eq!(class_from_name("xyz"), None);
+}
+
+const SECRET_DOC: &str = "Customer record: name Alice Example, account 4929-1123-8812-0042, \
+     api password: hunter2x, key AKIAIOSFODNN7EXAMPLE and notes about the quarterly plan, ticket ZX81QK77P3.";
+
+fn link(result: &str, args: Value) -> Option<Link> {
+    let marks = result_marks(
+        &key(),
+        &json!({"content": [{"type": "text", "text": result}]}),
+    );
+    ArgMarks::of(&key(), &args).link(&marks)
+}
+
+#[test]
+fn taint_table() {
+    let b64 = "QWNjb3VudCA0OTI5LTExMjMtODgxMi0wMDQyIGZvciB5b3U=";
+    let hex = hex_of("Alice Example, account 4929");
+    let cases: Vec<(Value, Option<Link>, &str)> = vec![
+        (
+            json!({"body": "fyi: Alice Example, account 4929 ok"}),
+            Some(Link::Substring),
+            "16+ chars copied",
+        ),
+        (
+            json!({"body": "Alice Example,"}),
+            None,
+            "15 chars is not enough",
+        ),
+        (
+            json!({"body": "the password is hunter2x"}),
+            Some(Link::Token),
+            "labelled password",
+        ),
+        (
+            json!({"to": "x", "cc": ["AKIAIOSFODNN7EXAMPLE"]}),
+            Some(Link::Substring),
+            "20-char key in a nested array",
+        ),
+        (
+            json!({"subject": "re ZX81QK77P3"}),
+            Some(Link::Token),
+            "short id",
+        ),
+        (
+            json!({"body": b64}),
+            Some(Link::Substring),
+            "base64 of a substring",
+        ),
+        (
+            json!({"body": format!("data={hex}")}),
+            Some(Link::Substring),
+            "hex inside a text",
+        ),
+        (
+            json!({"url": "https://x.test/?q=Alice%20Example%2C%20account%204929"}),
+            Some(Link::Substring),
+            "percent-encoded",
+        ),
+        (
+            json!({"payload": "{\"inner\": \"Alice Example, account 4929\"}"}),
+            Some(Link::Substring),
+            "JSON in a string",
+        ),
+        (
+            json!({"body": "Quarterly plan discussion tomorrow at ten"}),
+            None,
+            "unrelated text",
+        ),
+        (
+            json!({"body": "account"}),
+            None,
+            "common words are not distinctive",
+        ),
+    ];
+    for (args, want, why) in cases {
+        assert_eq!(link(SECRET_DOC, args.clone()), want, "{why}: {args}");
+    }
+    assert_eq!(
+        ArgMarks::of(
+            &TaintKey::new(&[8u8; 32]),
+            &json!({"b": "Alice Example, account 4929"})
+        )
+        .link(&result_marks(&key(), &json!(SECRET_DOC))),
+        None,
+        "marks under another install key match nothing"
+    );
+    assert_eq!(
+        ArgMarks::default().link(b"junk"),
+        None,
+        "corrupt marks link nothing"
+    );
+}
+
+fn hex_of(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn marks_hold_no_clear_text_and_stay_bounded() {
+    let marks = result_marks(&key(), &json!(SECRET_DOC));
+    for needle in ["hunter2x", "AKIAIOSFODNN7EXAMPLE", "Alice"] {
+        assert!(
+            !marks.windows(needle.len()).any(|w| w == needle.as_bytes()),
+            "{needle} must not be stored in clear"
+        );
+    }
+    let big: String = (0..200_000)
+        .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+        .collect::<String>()
+        + &(0..50_000).map(|i| format!("{i:x}")).collect::<String>();
+    let marks = result_marks(&key(), &json!(big));
+    assert!(
+        marks.len() <= 6 + 8 * (taint::MAX_GRAMS + taint::MAX_TOKENS),
+        "bounded: {}",
+        marks.len()
+    );
+    // A long copied run is still found in a sampled result.
+    let copied = &big[200_500..200_800];
+    assert_eq!(
+        ArgMarks::of(&key(), &json!({"b": copied})).link(&marks),
+        Some(Link::Substring)
+    );
+}
+
+#[test]
+fn distinctive_tokens() {
+    for (tok, labelled, want) in [
+        ("hunter2x", false, true),
+        ("password", false, false),
+        ("hunter", true, true),
+        ("abc", true, false),
+        ("550e8400-e29b-41d4-a716-446655440000", false, true),
+        ("123456789012", false, true),
+        ("12345", false, false),
+        ("QuarterlyPlanningDocument", false, true),
+        ("internationalization", false, false),
+    ] {
+        assert_eq!(is_distinctive(tok, labelled), want, "{tok}");
+    }
+    assert!(decodings("aGVsbG8gd29ybGQgaGVsbG8=").contains(&"hello world hello".to_string()));
+}
+
+// ---- rules ------------------------------------------------------------
+
+struct Call<'a> {
+    server: &'a str,
+    tool: &'a str,
+    class: ToolClass,
+    at: i64,
+    result: Option<&'a str>,
+}
+
+fn c<'a>(server: &'a str, tool: &'a str, class: ToolClass, at: i64) -> Call<'a> {
+    Call {
+        server,
+        tool,
+        class,
+        at,
+        result: None,
+    }
+}
+
+fn with_result<'a>(mut call: Call<'a>, result: &'a str) -> Call<'a> {
+    call.result = Some(result);
+    call
+}
+
+/// Runs `history` through `decide` (recording what passes, keeping the
+/// bucket), then judges `next` with `args`; returns the rule and outcome.
+fn check(rules: &CrossRules, history: &[Call<'_>], next: Call<'_>, args: Value) -> String {
+    let mut recorded: Vec<(String, String, ToolClass, i64, Option<Vec<u8>>)> = Vec::new();
+    let mut buckets: std::collections::HashMap<String, Bucket> = Default::default();
+    let mut run = |call: &Call<'_>, args: &Value, recorded: &mut Vec<_>| {
+        let prior: Vec<Prior<'_>> = recorded
+            .iter()
+            .map(
+                |(s, t, k, at, m): &(String, String, ToolClass, i64, Option<Vec<u8>>)| Prior {
+                    server_id: s,
+                    tool: t,
+                    class: *k,
+                    time_ms: *at,
+                    marks: m.as_deref(),
+                },
+            )
+            .collect();
+        let facts = CallFacts {
+            server_id: call.server.into(),
+            tool: call.tool.into(),
+            class: call.class,
+            args: ArgMarks::of(&key(), args),
+        };
+        let d = decide(
+            rules,
+            &facts,
+            call.at,
+            &prior,
+            buckets.get(call.server).copied(),
+            &ShadowFacts::default(),
+        );
+        drop(prior);
+        if let Some(b) = d.bucket {
+            buckets.insert(call.server.to_string(), b);
+        }
+        if d.record {
+            recorded.push((
+                call.server.to_string(),
+                call.tool.to_string(),
+                call.class,
+                call.at,
+                call.result.map(|r| result_marks(&key(), &json!(r))),
+            ));
+        }
+        d
+    };
+    for h in history {
+        let d = run(h, &json!({}), &mut recorded);
+        assert!(
+            d.record,
+            "history call {} at {} must pass: {:?}",
+            h.tool, h.at, d.verdict
+        );
+    }
+    let d = run(&next, &args, &mut recorded);
+    match d.verdict {
+        CrossVerdict::Allow => "allow".into(),
+        CrossVerdict::Alert(f) => format!("alert {} {}", f.rule, f.severity),
+        CrossVerdict::Audit(f) => format!("audit {}", f.rule),
+        CrossVerdict::Block(f) => format!(
+            "block {} {}{}",
+            f.rule,
+            f.severity,
+            f.retry_after_ms
+                .map(|ms| format!(" retry {ms}"))
+                .unwrap_or_default()
+        ),
+    }
+}
+
+const DOC: &str = "Q3 board memo: the acquisition code name is BLUEHERON-7731, do not share.";
+
+#[test]
+fn read_then_send_and_flow_table() {
+    use ToolClass::*;
+    let d = CrossRules::default();
+    let strict = CrossRules {
+        read_then_send: FlowSettings {
+            mode: FlowMode::Strict,
+            window_ms: 30_000,
+        },
+        flow: FlowSettings {
+            mode: FlowMode::Strict,
+            window_ms: 30_000,
+        },
+        ..d.clone()
+    };
+    let off = CrossRules {
+        read_then_send: FlowSettings {
+            mode: FlowMode::Off,
+            window_ms: 30_000,
+        },
+        flow: FlowSettings {
+            mode: FlowMode::Off,
+            window_ms: 30_000,
+        },
+        ..d.clone()
+    };
+    let rts_off_flow_on = CrossRules {
+        read_then_send: FlowSettings {
+            mode: FlowMode::Off,
+            window_ms: 30_000,
+        },
+        ..d.clone()
+    };
+    let read = || with_result(c("docs", "read_file", Read, 1_000), DOC);
+    let leak = json!({"to": "x@evil.test", "body": "memo says BLUEHERON-7731 fyi"});
+    let copy = json!({"body": "the acquisition code name is"});
+    let plain = json!({"to": "team@corp.test", "body": "standup moved to 10"});
+    let cases: Vec<(&str, &CrossRules, Vec<Call<'_>>, Call<'_>, Value, &str)> = vec![
+        (
+            "token leak",
+            &d,
+            vec![read()],
+            c("mail", "send_email", Send, 5_000),
+            leak.clone(),
+            "block cross_server.read_then_send critical",
+        ),
+        (
+            "substring leak",
+            &d,
+            vec![read()],
+            c("mail", "send_email", Send, 5_000),
+            copy.clone(),
+            "block cross_server.read_then_send critical",
+        ),
+        (
+            "unlinked send alerts",
+            &d,
+            vec![read()],
+            c("mail", "send_email", Send, 5_000),
+            plain.clone(),
+            "alert cross_server.read_then_send medium",
+        ),
+        (
+            "strict blocks unlinked",
+            &strict,
+            vec![read()],
+            c("mail", "send_email", Send, 5_000),
+            plain.clone(),
+            "block cross_server.read_then_send critical",
+        ),
+        (
+            "off",
+            &off,
+            vec![read()],
+            c("mail", "send_email", Send, 5_000),
+            leak.clone(),
+            "allow",
+        ),
+        (
+            "window expired",
+            &d,
+            vec![read()],
+            c("mail", "send_email", Send, 31_001),
+            leak.clone(),
+            "allow",
+        ),
+        (
+            "window edge counts",
+            &d,
+            vec![read()],
+            c("mail", "send_email", Send, 31_000),
+            leak.clone(),
+            "block cross_server.read_then_send critical",
+        ),
+        (
+            "same server send",
+            &d,
+            vec![read()],
+            c("docs", "send_file", Send, 5_000),
+            leak.clone(),
+            "allow",
+        ),
+        (
+            "send before read",
+            &d,
+            vec![],
+            c("mail", "send_email", Send, 5_000),
+            leak.clone(),
+            "allow",
+        ),
+        (
+            "a write of another server is no read",
+            &d,
+            vec![c("docs", "write_file", Write, 1_000)],
+            c("mail", "send_email", Send, 5_000),
+            leak.clone(),
+            "allow",
+        ),
+        (
+            "flow linked write",
+            &d,
+            vec![read()],
+            c("wiki", "create_page", Write, 5_000),
+            leak.clone(),
+            "block cross_server.flow high",
+        ),
+        (
+            "flow unlinked write alerts low",
+            &d,
+            vec![read()],
+            c("wiki", "create_page", Write, 5_000),
+            plain.clone(),
+            "alert cross_server.flow low",
+        ),
+        (
+            "flow compute linked",
+            &d,
+            vec![read()],
+            c("sh", "run_script", Compute, 5_000),
+            copy.clone(),
+            "block cross_server.flow high",
+        ),
+        (
+            "flow unknown linked",
+            &d,
+            vec![read()],
+            c("x", "frob", Unknown, 5_000),
+            leak.clone(),
+            "block cross_server.flow high",
+        ),
+        (
+            "flow strict",
+            &strict,
+            vec![read()],
+            c("wiki", "create_page", Write, 5_000),
+            plain.clone(),
+            "block cross_server.flow high",
+        ),
+        (
+            "read after read",
+            &d,
+            vec![read()],
+            c("wiki", "get_page", Read, 5_000),
+            leak.clone(),
+            "allow",
+        ),
+        (
+            "rts off: flow covers sends",
+            &rts_off_flow_on,
+            vec![read()],
+            c("mail", "send_email", Send, 5_000),
+            leak.clone(),
+            "block cross_server.flow high",
+        ),
+        (
+            "no result yet: unlinked",
+            &d,
+            vec![c("docs", "read_file", Read, 1_000)],
+            c("mail", "send_email", Send, 5_000),
+            leak.clone(),
+            "alert cross_server.read_then_send medium",
+        ),
+    ];
+    for (why, rules, history, next, args, want) in cases {
+        assert_eq!(check(rules, &history, next, args), want, "{why}");
+    }
+}
+
+#[test]
+fn burst_and_rate_table() {
+    use ToolClass::*;
+    let d = CrossRules::default();
+    let small = CrossRules {
+        burst: Some(BurstSettings {
+            max_calls: 3,
+            window_ms: 1_000,
+            cooldown_ms: 10_000,
+        }),
+        rate: None,
+        ..d.clone()
+    };
+    let no_burst = CrossRules {
+        burst: None,
+        rate: Some(RateSettings {
+            per_minute: 60,
+            burst: 2,
+        }),
+        ..d.clone()
+    };
+    let none = CrossRules {
+        burst: None,
+        rate: None,
+        ..d.clone()
+    };
+    let calls = |server: &'static str, n: i64, step: i64| -> Vec<Call<'static>> {
+        (0..n)
+            .map(|i| c(server, "get_x", Read, 1_000 + i * step))
+            .collect()
+    };
+    let cases: Vec<(&str, &CrossRules, Vec<Call<'_>>, Call<'_>, &str)> = vec![
+        (
+            "20 in 5 s pass, the 21st trips",
+            &d,
+            calls("a", 20, 10),
+            c("a", "get_x", Read, 1_300),
+            "block cross_server.burst high retry 10000",
+        ),
+        (
+            "other servers do not count",
+            &d,
+            calls("b", 20, 10),
+            c("a", "get_x", Read, 1_300),
+            "allow",
+        ),
+        (
+            "spread out is fine",
+            &small,
+            calls("a", 3, 400),
+            c("a", "get_x", Read, 2_300),
+            "allow",
+        ),
+        (
+            "threshold: 3 in 1 s then a 4th",
+            &small,
+            calls("a", 3, 100),
+            c("a", "get_x", Read, 1_500),
+            "block cross_server.burst high retry 10000",
+        ),
+        (
+            "burst off",
+            &none,
+            calls("a", 50, 1),
+            c("a", "get_x", Read, 1_100),
+            "allow",
+        ),
+        (
+            "token bucket empty",
+            &no_burst,
+            calls("a", 2, 0),
+            c("a", "get_x", Read, 1_000),
+            "block cross_server.rate_limit medium retry 1000",
+        ),
+        (
+            "token bucket refilled",
+            &no_burst,
+            calls("a", 2, 0),
+            c("a", "get_x", Read, 2_000),
+            "allow",
+        ),
+        (
+            "bucket per server",
+            &no_burst,
+            calls("b", 2, 0),
+            c("a", "get_x", Read, 1_000),
+            "allow",
+        ),
+    ];
+    for (why, rules, history, next, want) in cases {
+        assert_eq!(check(rules, &history, next, json!({})), want, "{why}");
+    }
+}
+
+#[test]
+fn burst_cooldown_lasts_and_ends() {
+    let rules = CrossRules {
+        burst: Some(BurstSettings {
+            max_calls: 2,
+            window_ms: 1_000,
+            cooldown_ms: 10_000,
+        }),
+        rate: None,
+        ..CrossRules::default()
+    };
+    let facts = CallFacts {
+        server_id: "a".into(),
+        tool: "get_x".into(),
+        class: ToolClass::Read,
+        args: ArgMarks::default(),
+    };
+    let p = |t| Prior {
+        server_id: "a",
+        tool: "get_x",
+        class: ToolClass::Read,
+        time_ms: t,
+        marks: None,
+    };
+    let tripped = decide(
+        &rules,
+        &facts,
+        1_100,
+        &[p(1_000), p(1_050)],
+        None,
+        &ShadowFacts::default(),
+    );
+    let bucket = tripped
+        .bucket
+        .expect("a tripped burst stores its cool-down");
+    assert_eq!(bucket.cooldown_until_ms, 11_100);
+    assert!(!tripped.record, "blocked calls are not recorded");
+    let cooling = decide(
+        &rules,
+        &facts,
+        8_100,
+        &[],
+        Some(bucket),
+        &ShadowFacts::default(),
+    );
+    match cooling.verdict {
+        CrossVerdict::Block(f) => {
+            assert_eq!(
+                f.retry_after_ms,
+                Some(3_000),
+                "the answer says the remaining time"
+            );
+            assert!(f.reason.contains("3 s more"), "{}", f.reason);
+        }
+        other => panic!("still cooling down: {other:?}"),
+    }
+    let after = decide(
+        &rules,
+        &facts,
+        11_100,
+        &[],
+        Some(bucket),
+        &ShadowFacts::default(),
+    );
+    assert_eq!(after.verdict, CrossVerdict::Allow, "cool-down over");
+    assert_eq!(after.audited().outcome(), "allow");
+    let audited = decide(
+        &rules,
+        &facts,
+        8_100,
+        &[],
+        Some(bucket),
+        &ShadowFacts::default(),
+    )
+    .audited();
+    assert!(
+        audited.record && matches!(audited.verdict, CrossVerdict::Audit(_)),
+        "audit-only passes"
+    );
+}
+
+#[test]
+fn shadowing_table() {
+    let facts = CallFacts {
+        server_id: "new".into(),
+        tool: "send_email".into(),
+        class: ToolClass::Send,
+        args: ArgMarks::default(),
+    };
+    let peer = |pinned: Option<i64>, same: bool| ShadowPeer {
+        server_id: "old".into(),
+        same_command: same,
+        pinned_ms: pinned,
+    };
+    let cases: &[(Option<i64>, Option<ShadowPeer>, &str, &str)] = &[
+        (
+            Some(1_000_000),
+            Some(peer(Some(1_000), false)),
+            "block shadow",
+            "older peer keeps the name",
+        ),
+        (
+            Some(1_000),
+            Some(peer(Some(1_000_000), false)),
+            "allow",
+            "we are older",
+        ),
+        (
+            Some(1_000),
+            Some(peer(Some(5_000), false)),
+            "hold",
+            "same start-up: a tie",
+        ),
+        (
+            None,
+            Some(peer(Some(1_000), false)),
+            "block shadow",
+            "unpinned vs pinned",
+        ),
+        (None, Some(peer(None, false)), "hold", "neither pinned"),
+        (
+            Some(1_000_000),
+            Some(peer(Some(1_000), true)),
+            "allow",
+            "same launch command: same server",
+        ),
+        (Some(1_000), None, "allow", "nobody else"),
+    ];
+    for (own, peer, want, why) in cases {
+        let shadow = ShadowFacts {
+            own_pinned_ms: *own,
+            peers: peer.iter().cloned().collect(),
+        };
+        let d = decide(
+            &CrossRules::default(),
+            &facts,
+            2_000_000,
+            &[],
+            None,
+            &shadow,
+        );
+        let got = match d.verdict {
+            CrossVerdict::Block(f) if f.hold => "hold",
+            CrossVerdict::Block(f) => {
+                assert_eq!(
+                    (f.rule, f.severity),
+                    ("cross_server.shadowing", Severity::Critical)
+                );
+                "block shadow"
+            }
+            CrossVerdict::Allow => "allow",
+            other => panic!("{why}: {other:?}"),
+        };
+        assert_eq!(got, *want, "{why}");
+    }
+}
+
+#[test]
+fn window_covers_every_rule() {
+    let d = CrossRules::default();
+    assert_eq!(
+        d.window_ms(),
+        30_000,
+        "24 s rate horizon < 30 s flow window"
+    );
+    let slow = CrossRules {
+        rate: Some(RateSettings {
+            per_minute: 10,
+            burst: 20,
+        }),
+        ..d.clone()
+    };
+    assert_eq!(slow.window_ms(), 240_000);
+    assert!(d.needs_marks(ToolClass::Send) && d.needs_marks(ToolClass::Write));
+    assert!(!d.needs_marks(ToolClass::Read));
+}
+
+#[test]
+fn typosquat_table() {
+    assert_eq!(
+        package_name("@modelcontextprotocol/server-filesystem@2026.8.31"),
+        "@modelcontextprotocol/server-filesystem"
+    );
+    assert_eq!(package_name("mcp-server-fetch==1.0"), "mcp-server-fetch");
+    let cases: &[(&str, &[&str], Option<&str>)] = &[
+        (
+            "@modelcontextprotocol/server-filesystam",
+            &[],
+            Some("@modelcontextprotocol/server-filesystem"),
+        ),
+        ("@modelcontextprotocol/server-filesystem@1.0.0", &[], None),
+        (
+            "@modelcontextprotcol/server-github",
+            &[],
+            Some("@modelcontextprotocol/server-github"),
+        ),
+        ("mcp-server-fecth", &[], Some("mcp-server-fetch")),
+        (
+            "acme-internal-tools",
+            &["acme-internal-tool"],
+            Some("acme-internal-tool"),
+        ),
+        ("left-pad", &[], None),
+    ];
+    for (spec, configured, want) in cases {
+        let configured: Vec<String> = configured.iter().map(|s| s.to_string()).collect();
+        let got = similar_package(spec, &configured, &[], 0.85).map(|(n, _)| n);
+        assert_eq!(got.as_deref(), *want, "{spec}");
+    }
+    assert_eq!(
+        similar_package("mcp-server-fecth", &[], &["mcp-server-fecth".into()], 0.85),
+        None,
+        "a vouched-for package is itself"
+    );
+    assert_eq!(
+        most_similar("github", ["githbu", "slack"].into_iter(), 0.6).map(|(n, _)| n),
+        Some("githbu".into())
+    );
+    assert_eq!(
+        most_similar("github", ["github"].into_iter(), 0.5),
+        None,
+        "equal is not similar"
+    );
+}

