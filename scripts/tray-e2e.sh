@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-0}"
+# same profile as the rest of the suite, so the shared target dir is reused
 mode="${1:-all}"
 
 need() {

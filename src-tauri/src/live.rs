@@ -59,11 +59,12 @@ pub fn start() -> Result<Started, StartError> {
     })? {
         Acquired::Mine(mut lock) => {
             let (handle, opened) = tauri::async_runtime::block_on(async {
-                let store = Store::open(&home, StoreOptions::control_plane())
+                // opens (and migrates) the shared database, loads the install
+                // key and enables client discovery for the dashboard
+                let config = ServerConfig::open(home.clone())
                     .await
                     .map_err(|e| e.to_string())?;
-                let mac_key = control::install_key(&home).map_err(|e| e.to_string())?;
-                let config = ServerConfig::new(home.clone(), store.clone(), mac_key);
+                let store = config.store.clone();
                 let handle = gatehouse_server::serve(config)
                     .await
                     .map_err(|e| e.to_string())?;

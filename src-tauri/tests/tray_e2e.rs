@@ -286,6 +286,20 @@ async fn text_of(c: &Client, css: &str) -> String {
         .unwrap()
 }
 
+/// Waits until WebKit has painted the current DOM (two animation frames),
+/// so a screenshot shows what the page says rather than a stale frame.
+async fn painted(c: &Client) {
+    let done = c
+        .execute_async(
+            "const cb = arguments[arguments.length - 1];\n\
+             requestAnimationFrame(() => requestAnimationFrame(() => cb(true)));",
+            vec![],
+        )
+        .await
+        .expect("requestAnimationFrame in the page");
+    assert_eq!(done, json!(true));
+}
+
 /// Screenshot of the X display (what a person would see) and, for
 /// comparison, WebDriver's own snapshot of the page (`*-webdriver.png`).
 async fn screenshot(c: &Client, name: &str) {
@@ -441,7 +455,7 @@ async fn tray_app_end_to_end() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(summary, "Gatehouse — protected", "status command answered");
-    tokio::time::sleep(Duration::from_millis(500)).await; // let WebKit paint
+    painted(&client).await;
     screenshot(&client, "tray-status.png").await;
 
     // the stable launcher was written and points at the CLI beside the app
@@ -538,7 +552,38 @@ async fn tray_app_end_to_end() {
         Some("127.0.0.1"),
         "dashboard on loopback: {url}"
     );
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // the one-time link signed the window in: the dashboard shows the block
+    // the wrap process recorded, naming its server; the token is gone from
+    // the address bar
+    let start = Instant::now();
+    let main = loop {
+        let text = client
+            .find(Locator::Css("#main"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap_or_default();
+        if text.contains("private data read from one server sent to another")
+            || start.elapsed() > STEP
+        {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        main.contains("private data read from one server sent to another")
+            && main.contains("github"),
+        "signed-in dashboard lists the block: {main}"
+    );
+    let nav = text_of(&client, "#nav").await;
+    assert!(nav.contains("Sign out"), "signed in: {nav}");
+    let url = client.current_url().await.unwrap();
+    assert!(
+        url.fragment().is_none() && url.path() != "/signin",
+        "sign-in token dropped from the address bar: {url}"
+    );
+    painted(&client).await;
     screenshot(&client, "tray-dashboard.png").await;
 
     // 6. Quit from the tray: the app exits cleanly and nothing is left
