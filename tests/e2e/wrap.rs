@@ -495,9 +495,14 @@ fn server_exit_code_propagates_through_wrap() {
 /// or both block on full pipes forever.
 #[test]
 fn pipelined_requests_do_not_deadlock() {
-    const CALLS: u64 = 5000;
+    const CALLS: u64 = 1000;
     let peers = Peers::locate();
     let sb = Sandbox::new();
+    // 1,000 calls (≈ 1 MB each way, far more than two pipe buffers) at once
+    // are a burst by design; this test is about pipes.
+    sb.write_policy(
+        "[cross_server.burst]\nenabled = false\n[cross_server.rate_limit]\nenabled = false\n",
+    );
     let argv = sb.wrap_argv("pipelined", &[], &peers.py_server("raw_server.py", &[]));
     let mut wrap = spawn_wrap(&sb, &argv);
     let mut stdin = wrap.stdin.take().unwrap();

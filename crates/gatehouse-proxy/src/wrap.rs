@@ -72,7 +72,13 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     home::ensure_private_dir(&home_dir)?;
     let session = crate::session::client_session_key();
 
-    let store = match Store::open(&home_dir, StoreOptions::default()).await {
+    // One pooled connection: a wrap process never has two of its own
+    // writers waiting on each other in SQLite's busy handler.
+    let store_options = StoreOptions {
+        max_connections: 1,
+        ..StoreOptions::default()
+    };
+    let store = match Store::open(&home_dir, store_options).await {
         Ok(store) => Some(store),
         Err(err) => {
             // DESIGN §8: relay anyway, say so.

@@ -308,6 +308,7 @@ impl Store {
             LoadResults::All => (2, call.server_id.as_str()),
         };
         let all_buckets = matches!(results, LoadResults::All);
+        let _gate = self.write_gate().await;
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let rows: Vec<SnapshotRow> = sqlx::query_as(SNAPSHOT_SQL)
             .bind(session)
@@ -409,6 +410,7 @@ impl Store {
         names: &[&str],
         now_ms: i64,
     ) -> Result<()> {
+        let _gate = self.write_gate().await;
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         sqlx::query("DELETE FROM session_tools WHERE session = ? AND server_id = ?")
             .bind(session)

@@ -228,6 +228,7 @@ impl Store {
     /// Hands the sealed answer to the waiting process once and erases it
     /// from the database. `None` when unanswered or already taken.
     pub async fn take_consent_answer(&self, id: i64) -> Result<Option<Vec<u8>>> {
+        let _gate = self.write_gate().await;
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let answer: Option<Option<Vec<u8>>> = sqlx::query_scalar(
             "SELECT answer FROM consent_requests WHERE id = ? AND state = 'answered'",

@@ -85,6 +85,10 @@ struct Inner {
     poll_options: SqliteConnectOptions,
     options: StoreOptions,
     path: Option<PathBuf>,
+    /// Write transactions of this process queue here rather than in
+    /// SQLite's busy handler, whose sleeps (1 ms and up) the relay would
+    /// otherwise pay whenever its own recorder is writing.
+    write_gate: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Store {
@@ -175,8 +179,14 @@ impl Store {
                 poll_options,
                 options,
                 path,
+                write_gate: tokio::sync::Mutex::new(()),
             }),
         }
+    }
+
+    /// Held for the length of a write transaction (see `Inner::write_gate`).
+    pub(crate) async fn write_gate(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.inner.write_gate.lock().await
     }
 
     /// The pool, for the control plane's own read queries.

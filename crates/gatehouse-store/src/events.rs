@@ -396,6 +396,7 @@ impl Store {
     /// Records an event, folding it into an identical one of the same slot
     /// (see the module docs). Returns the id of the row that holds it.
     pub async fn insert_event(&self, event: &NewEvent) -> Result<i64> {
+        let _gate = self.write_gate().await;
         let mut conn = self.pool().acquire().await?;
         insert_one(&mut conn, event, self.options().event_aggregation_ms).await
     }
@@ -404,7 +405,8 @@ impl Store {
     /// one per event); an invalid event is skipped and reported, the rest
     /// are kept.
     pub async fn insert_events(&self, events: &[NewEvent]) -> Result<usize> {
-        let mut tx = self.pool().begin().await?;
+        let _gate = self.write_gate().await;
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let mut written = 0;
         let mut first_error = None;
         for event in events {

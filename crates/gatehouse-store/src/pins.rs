@@ -273,6 +273,7 @@ impl Store {
         for tool in tools {
             validate_seen(tool)?;
         }
+        let _gate = self.write_gate().await;
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let mut pins = Vec::with_capacity(tools.len());
         for tool in tools {
@@ -319,6 +320,7 @@ impl Store {
         hash: &str,
         now_ms: i64,
     ) -> Result<bool> {
+        let _gate = self.write_gate().await;
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let version = seen_version(&mut tx, server_id, name, hash)
             .await?
@@ -368,6 +370,7 @@ impl Store {
             check_json("pins", "findings", findings)
                 .map_err(|_| StoreError::Invalid("findings are not valid JSON"))?;
         }
+        let _gate = self.write_gate().await;
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let pending_version = seen_version(&mut tx, server_id, name, pending_hash)
             .await?
@@ -410,6 +413,7 @@ impl Store {
         hash: &str,
         now_ms: i64,
     ) -> Result<Pin> {
+        let _gate = self.write_gate().await;
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let version = seen_version(&mut tx, server_id, name, hash)
             .await?
@@ -443,6 +447,7 @@ impl Store {
         name: &str,
         now_ms: i64,
     ) -> Result<Pin> {
+        let _gate = self.write_gate().await;
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let previous = read_pin(key, &mut tx, server_id, name)
             .await?

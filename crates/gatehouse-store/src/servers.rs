@@ -255,6 +255,7 @@ impl Store {
         launch: &LaunchPin,
         now_ms: i64,
     ) -> Result<Option<LaunchPin>> {
+        let _gate = self.write_gate().await;
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let row: Option<ServerRow> = sqlx::query_as(concat!(
             "SELECT ",
