@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine too: installs what the tests need
 # when missing (Debian packages, npm packages, MCP peers, tauri-driver), then
-# runs formatting and lint checks, the Rust tests (with a real Secret Service)
-# and the dashboard's unit tests.
+# runs formatting and lint checks, the Rust tests (with a real Secret Service),
+# the dashboard's unit tests, and the tray app's build, tests and end-to-end
+# run under Xvfb.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/gatehouse-target}"
@@ -47,6 +48,21 @@ dbus-run-session -- bash -euo pipefail -c '
   KEYRING_IT=1 cargo test
 '
 
+# The tray app (root package `gatehouse-app`) is not a default member, so the
+# steps above never compile Tauri; build, lint and test it here.
+step "tray app: clippy, build, unit + tauri::test MockRuntime tests"
+cargo clippy -p gatehouse-app --all-targets -- -D warnings
+cargo build -p gatehouse-app
+cargo test -p gatehouse-app
+
+step "tray app: end-to-end under Xvfb (tauri-driver + WebKitWebDriver)"
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! command -v tauri-driver >/dev/null 2>&1; then
+  # built in the shared target dir (cached), installed into ~/.cargo/bin
+  cargo install tauri-driver --version '^2' --locked
+fi
+scripts/tray-e2e.sh --e2e-only
+
 # Not yet part of this command (not verified green here): the dashboard's
-# browser tests (`npm run e2e`) and the tray app's tests (`scripts/tray-e2e.sh`).
+# browser tests (`npm run e2e`).
 step "all tests passed"
