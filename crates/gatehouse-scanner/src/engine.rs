@@ -1320,9 +1320,19 @@ fn context(sc: &Scanner, raw: &str, range: Range<usize>) -> String {
     make_visible(&redacted)
 }
 
+/// Longest context a finding carries, in characters, after invisible
+/// characters are spelled out (which can make a snippet several times longer).
+const MAX_VISIBLE_CONTEXT: usize = 400;
+
 fn make_visible(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
+    let mut chars = 0;
     for c in s.chars() {
+        if chars >= MAX_VISIBLE_CONTEXT - 1 {
+            out.push('…');
+            break;
+        }
+        let before = out.len();
         match c {
             '\u{1b}' => out.push_str("<ESC>"),
             '\n' => out.push_str("\\n"),
@@ -1333,6 +1343,7 @@ fn make_visible(s: &str) -> String {
             }
             c => out.push(c),
         }
+        chars += out[before..].chars().count();
     }
     out
 }
