@@ -38,6 +38,11 @@ pub trait Inspector {
     fn scan_result(&self, method: &str, result: &Value) -> Vec<Finding>;
     /// `sampling/createMessage`, `elicitation/create` params.
     fn scan_server_request(&self, method: &str, params: &Value) -> Vec<Finding>;
+    /// Optional output spotlighting: `text` wrapped in markers carrying
+    /// `nonce`, look-alike markers inside defused. Identity by default.
+    fn spotlight(&self, text: &str, _nonce: &str) -> String {
+        text.to_string()
+    }
 }
 
 /// An inspector that finds nothing (scanning switched off).

@@ -91,6 +91,8 @@ pub struct Relay<I: Inspector> {
     inspector: I,
     pins: PinTable,
     nonce: String,
+    /// Results spotlighted so far (part of each per-call nonce).
+    spotlights: u64,
     next_internal: u64,
     pending: HashMap<RequestId, Pending>,
     internal: HashMap<RequestId, Internal>,
@@ -121,6 +123,7 @@ impl<I: Inspector> Relay<I> {
             inspector,
             pins,
             nonce: nonce.to_string(),
+            spotlights: 0,
             next_internal: 0,
             pending: HashMap::new(),
             internal: HashMap::new(),
@@ -947,6 +950,48 @@ impl<I: Inspector> Relay<I> {
     }
 
     fn inspect_result(
+        &mut self,
+        msg: &Message,
+        method: &str,
+        tool: Option<&str>,
+        result: &Value,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
+        let verdict = self.judge_result(msg, method, tool, result, out);
+        if matches!(verdict, Verdict::Forward)
+            && self.settings.spotlight_results
+            && method == "tools/call"
+        {
+            if let Some(rewritten) = self.spotlight_result(msg) {
+                return Verdict::Rewrite(rewritten);
+            }
+        }
+        verdict
+    }
+
+    /// The message with every text block of its result between nonce
+    /// markers; `None` when there is no text to mark.
+    fn spotlight_result(&mut self, msg: &Message) -> Option<Value> {
+        self.spotlights += 1;
+        let nonce = format!("{}{:x}", self.nonce, self.spotlights);
+        let mut v = msg.value.clone();
+        let blocks = v.get_mut("result")?.get_mut("content")?.as_array_mut()?;
+        let mut marked = false;
+        for block in blocks {
+            if block.get("type").and_then(Value::as_str) != Some("text") {
+                continue;
+            }
+            if let Some(text) = block.get_mut("text") {
+                if let Some(s) = text.as_str() {
+                    *text = Value::String(self.inspector.spotlight(s, &nonce));
+                    marked = true;
+                }
+            }
+        }
+        marked.then_some(v)
+    }
+
+    fn judge_result(
         &mut self,
         msg: &Message,
         method: &str,

@@ -63,6 +63,9 @@ pub struct Settings {
     pub max_tools: usize,
     pub scan_definitions: bool,
     pub scan_results: bool,
+    /// Wrap the text of allowed `tools/call` results in per-call nonce
+    /// markers (`Inspector::spotlight`). Off by default.
+    pub spotlight_results: bool,
     pub result_action: ResultAction,
     /// `restricted` trust: never allowed to elicit or sample.
     pub restricted: bool,
@@ -85,6 +88,7 @@ impl Default for Settings {
             max_tools: 256,
             scan_definitions: true,
             scan_results: true,
+            spotlight_results: false,
             result_action: ResultAction::Block,
             restricted: false,
             decline_sensitive_elicitation: true,

@@ -92,6 +92,9 @@ impl Inspector for ScannerInspector {
     fn scan_server_request(&self, method: &str, params: &Value) -> Vec<Finding> {
         self.with(|s| s.scan_server_request(method, params))
     }
+    fn spotlight(&self, text: &str, nonce: &str) -> String {
+        gatehouse_scanner::wrap_with_nonce(text, nonce)
+    }
 }
 
 /// The typed policy, bound to one server.

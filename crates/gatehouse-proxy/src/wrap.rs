@@ -901,6 +901,7 @@ fn engine_settings(
         max_tools: lists.max_tools_per_server as usize,
         scan_definitions: scanner.definitions,
         scan_results: scanner.outputs,
+        spotlight_results: scanner.spotlight_results,
         result_action: match scanner.result_action {
             gatehouse_config::ResultAction::Block => ResultAction::Block,
             _ => ResultAction::Alert,

@@ -37,6 +37,9 @@ impl Inspector for FakeInspector {
     fn scan_server_request(&self, _: &str, params: &Value) -> Vec<Finding> {
         fake_findings(params)
     }
+    fn spotlight(&self, text: &str, nonce: &str) -> String {
+        format!("<<{nonce}>>{text}<</{nonce}>>")
+    }
 }
 
 fn relay(settings: Settings, pins: PinTable) -> Relay<FakeInspector> {
@@ -288,6 +291,55 @@ fn injected_result_is_replaced_by_an_error_result() {
         !answer.to_string().contains("send keys"),
         "the injected text must not reach the model"
     );
+}
+
+#[test]
+fn spotlighting_marks_allowed_results_with_a_fresh_nonce_per_call() {
+    let settings = Settings {
+        spotlight_results: true,
+        ..Settings::default()
+    };
+    let mut r = relay(settings, PinTable::default());
+    r.on_client_frame(
+        line(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"})),
+        0,
+    );
+    r.on_server_frame(line(list_response(1, vec![tool("fetch", "Fetches")])), 0);
+    let mut nonces = Vec::new();
+    for id in [2, 3] {
+        r.on_client_frame(line(call(id, "fetch")), 0);
+        let out = r.on_server_frame(
+            line(json!({"jsonrpc":"2.0","id":id,"result":{"content":[
+                {"type":"text","text":"weather: sunny"},
+                {"type":"image","data":"AAAA","mimeType":"image/png"}]}})),
+            0,
+        );
+        let answer = &to_client(&out)[0];
+        let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+        let nonce = text
+            .strip_prefix("<<")
+            .and_then(|t| t.split(">>").next())
+            .expect("marked");
+        assert_eq!(text, format!("<<{nonce}>>weather: sunny<</{nonce}>>"));
+        assert_eq!(
+            answer["result"]["content"][1]["data"], "AAAA",
+            "non-text untouched"
+        );
+        nonces.push(nonce.to_string());
+    }
+    assert_ne!(nonces[0], nonces[1], "every call gets its own nonce");
+
+    // Off (the default): the result passes byte for byte.
+    let mut r = relay(Settings::default(), PinTable::default());
+    r.on_client_frame(
+        line(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"})),
+        0,
+    );
+    r.on_server_frame(line(list_response(1, vec![tool("fetch", "Fetches")])), 0);
+    r.on_client_frame(line(call(2, "fetch")), 0);
+    let raw = r#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"weather: sunny"}]}}"#;
+    let out = r.on_server_frame(gatehouse_protocol::parse_frame(raw.as_bytes().to_vec()), 0);
+    assert!(matches!(&out[0], Output::ToClient(b) if b == raw.as_bytes()));
 }
 
 #[test]
