@@ -322,7 +322,15 @@ impl StoreSource {
                 kind: NoticeKind::Block,
                 server: self.server_name(e.server_id.as_deref()).await,
                 detail,
-                route: format!("/events/{}", e.id),
+                // the dashboard has no page per event: its events list,
+                // filtered to this server's high/critical blocks
+                route: match e.server_id.as_deref() {
+                    Some(id) => format!(
+                        "/events?server={}&severity=high&action=block",
+                        percent_encode(id)
+                    ),
+                    None => NoticeKind::Block.list_route().to_string(),
+                },
             });
         }
         let mut last_consent = after_consent;
@@ -341,7 +349,8 @@ impl StoreSource {
                     .as_deref()
                     .map(|t| format!("tool {t}"))
                     .unwrap_or_default(),
-                route: format!("/consents/{}", c.id),
+                // the consent inbox (one page, no per-request route)
+                route: kind.list_route().to_string(),
             });
         }
         *self.cursor.lock().unwrap_or_else(|e| e.into_inner()) = (last_event, last_consent);
@@ -501,8 +510,122 @@ mod tests {
         );
         check(
             "http://h/signin",
-            "/consents/1",
-            "http://h/signin#next=/consents/1",
+            "/consent",
+            "http://h/signin#next=/consent",
+        );
+        check(
+            "http://h/signin",
+            "/events?server=a%26b",
+            "http://h/signin#next=/events%3Fserver%3Da%2526b",
+        );
+    }
+
+    /// What a wrap process records reaches the tray as notices with the
+    /// server's name and a route the dashboard has; nothing twice, nothing
+    /// from before the start.
+    #[test]
+    fn store_source_notices_and_routes() {
+        use gatehouse_store::{NewConsent, NewEvent, NewServer};
+        let dir = tempfile::tempdir().unwrap();
+        let now = 1_700_000_000_000;
+        let store =
+            tauri::async_runtime::block_on(Store::open(dir.path(), StoreOptions::control_plane()))
+                .unwrap();
+        let block_event = |server: &str, severity| {
+            let mut e = NewEvent::new(now, "mcp_tool_blocked", Action::Block, severity, "r");
+            e.server_id = Some(server.to_string());
+            e.rule = Some("rule.x".into());
+            e
+        };
+        tauri::async_runtime::block_on(async {
+            store
+                .register_protected_server(
+                    &NewServer {
+                        id: "s&1".into(),
+                        display_name: "github".into(),
+                        client: "cursor".into(),
+                        config_path: "/tmp/mcp.json".into(),
+                        scope: "user".into(),
+                        entry_name: "gh".into(),
+                        command_hash: "0".repeat(64),
+                        argv_json: "[]".into(),
+                        cwd: None,
+                    },
+                    now,
+                )
+                .await
+                .unwrap();
+            // before the app started: counted, not notified
+            store
+                .insert_event(&block_event("s&1", StoreSeverity::Critical))
+                .await
+                .unwrap();
+        });
+        let source = StoreSource::new(store.clone()).unwrap();
+        let first = source.poll(now).unwrap();
+        assert!(first.notices.is_empty(), "{:?}", first.notices);
+        assert_eq!(
+            first.attention, 1,
+            "a recent critical block needs attention"
+        );
+
+        tauri::async_runtime::block_on(async {
+            store
+                .insert_event(&block_event("s&1", StoreSeverity::Medium))
+                .await
+                .unwrap();
+            store
+                .insert_event(&block_event("s&1", StoreSeverity::High))
+                .await
+                .unwrap();
+            store
+                .create_consent(&NewConsent {
+                    kind: ConsentKind::ChangedTool,
+                    server_id: "s&1".into(),
+                    tool: Some("search".into()),
+                    payload_json: "{}".into(),
+                    created_ms: now,
+                    expires_ms: None,
+                    requester_key: None,
+                })
+                .await
+                .unwrap();
+        });
+        let poll = source.poll(now).unwrap();
+        let got: Vec<(NoticeKind, &str, &str, &str)> = poll
+            .notices
+            .iter()
+            .map(|n| {
+                (
+                    n.kind,
+                    n.server.as_str(),
+                    n.detail.as_str(),
+                    n.route.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    NoticeKind::Block,
+                    "github",
+                    "high · rule.x",
+                    "/events?server=s%261&severity=high&action=block"
+                ),
+                (NoticeKind::ToolChanged, "github", "tool search", "/consent"),
+            ],
+            "medium blocks do not notify; the server id is query-encoded"
+        );
+        assert_eq!(poll.attention, 3, "two recent blocks + one pending consent");
+        assert!(
+            source.poll(now).unwrap().notices.is_empty(),
+            "nothing twice"
+        );
+        assert_eq!(
+            source.poll(now + RECENT_BLOCK_MS + 1).unwrap().attention,
+            1,
+            "old blocks stop counting; the pending consent still does"
         );
     }
 

@@ -28,11 +28,13 @@ pub enum NoticeKind {
 
 impl NoticeKind {
     /// Dashboard route listing every item of this kind (used for "+N more").
+    /// Routes are the dashboard's own (`ui/src/main.ts`: `/events` with its
+    /// filter query, `/consent`).
     pub fn list_route(self) -> &'static str {
         match self {
-            NoticeKind::Block => "/events?severity=high",
+            NoticeKind::Block => "/events?severity=high&action=block",
             NoticeKind::ToolChanged | NoticeKind::ToolQuarantined | NoticeKind::InputRequest => {
-                "/consents"
+                "/consent"
             }
         }
     }
