@@ -3,6 +3,7 @@
 
 use std::sync::{Mutex, OnceLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use gatehouse_config::{Decision, Policy, ServerRef};
 use gatehouse_engine::settings::{CallPolicy, ToolRule};
@@ -14,18 +15,33 @@ use serde_json::Value;
 /// milliseconds, so it is built on its own thread while the server starts;
 /// the first scan that needs it waits for it. If it cannot be built, scanning
 /// is off and stderr says so once.
+///
+/// Each scan is timed against the policy's per-message budget
+/// (`limits.scan_budget_ms`). The scanner is linear-time and is not
+/// interrupted; a scan over budget adds a `scan.budget_exceeded` finding:
+/// low (forward and alert) or, with `fail_closed`, high (block) — DESIGN §8.
+/// Unoptimized builds (the test suite's) scan about 20× slower than the
+/// release build the budget is meant for.
+const BUILD_SLOWDOWN: u32 = if cfg!(debug_assertions) { 20 } else { 1 };
+
 pub struct ScannerInspector {
     building: Mutex<Option<JoinHandle<Result<Scanner, String>>>>,
     scanner: OnceLock<Option<Scanner>>,
+    budget: Duration,
+    fail_closed: bool,
 }
 
 impl ScannerInspector {
     pub fn build_in_background(
         build: impl FnOnce() -> Result<Scanner, String> + Send + 'static,
+        budget: Duration,
+        fail_closed: bool,
     ) -> Self {
         Self {
             building: Mutex::new(Some(std::thread::spawn(build))),
             scanner: OnceLock::new(),
+            budget,
+            fail_closed,
         }
     }
 
@@ -49,9 +65,30 @@ impl ScannerInspector {
     }
 
     fn with(&self, scan: impl FnOnce(&Scanner) -> Report) -> Vec<Finding> {
-        self.scanner()
-            .map(|s| findings(scan(s)))
-            .unwrap_or_default()
+        let Some(scanner) = self.scanner() else {
+            return Vec::new();
+        };
+        let started = Instant::now();
+        let mut found = findings(scan(scanner));
+        let took = started.elapsed();
+        if took > self.budget * BUILD_SLOWDOWN {
+            found.push(Finding {
+                rule: "scan.budget_exceeded".into(),
+                family: "scanner".into(),
+                severity: if self.fail_closed {
+                    Severity::High
+                } else {
+                    Severity::Low
+                },
+                path: String::new(),
+                context: format!(
+                    "scanning took {} ms, over the {} ms budget",
+                    took.as_millis(),
+                    self.budget.as_millis()
+                ),
+            });
+        }
+        found
     }
 }
 
@@ -124,5 +161,42 @@ impl CallPolicy for BoundPolicy {
             Decision::Audit { rule, reason } => ToolRule::Audit { rule, reason },
             Decision::Block { rule, reason } => ToolRule::Block { rule, reason },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gatehouse_scanner::ScannerConfig;
+
+    fn inspector(budget: Duration, fail_closed: bool) -> ScannerInspector {
+        ScannerInspector::build_in_background(
+            || Scanner::new(ScannerConfig::default()).map_err(|e| e.to_string()),
+            budget,
+            fail_closed,
+        )
+    }
+
+    fn budget_finding(i: &ScannerInspector) -> Option<Severity> {
+        i.scan_instructions("Lists the files of a directory.")
+            .iter()
+            .find(|f| f.rule == "scan.budget_exceeded")
+            .map(|f| f.severity)
+    }
+
+    #[test]
+    fn a_scan_over_budget_alerts_or_blocks_per_fail_closed() {
+        assert_eq!(
+            budget_finding(&inspector(Duration::ZERO, false)),
+            Some(Severity::Low)
+        );
+        assert_eq!(
+            budget_finding(&inspector(Duration::ZERO, true)),
+            Some(Severity::High)
+        );
+        assert_eq!(
+            budget_finding(&inspector(Duration::from_secs(60), true)),
+            None
+        );
     }
 }

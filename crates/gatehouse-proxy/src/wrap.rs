@@ -74,8 +74,17 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
 
     // One pooled connection: a wrap process never has two of its own
     // writers waiting on each other in SQLite's busy handler.
+    // The policy file is read first: its database busy budget applies to
+    // the store (a broken file falls back to the last good policy below).
+    let _ = gatehouse_config::write_default_if_missing(&home_dir);
+    let from_file = gatehouse_config::load(&home_dir);
     let store_options = StoreOptions {
         max_connections: 1,
+        busy_timeout: from_file
+            .as_ref()
+            .map_or(StoreOptions::default().busy_timeout, |l| {
+                l.policy.limits.db_busy
+            }),
         ..StoreOptions::default()
     };
     let store = match Store::open(&home_dir, store_options).await {
@@ -93,8 +102,12 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         opts.server_id.clone(),
         session.clone(),
     );
-    let policy = load_policy(&home_dir, store.as_ref(), &recorder).await;
-    let scanner = ScannerInspector::build_in_background(scanner_builder(&policy, &fingerprint_key));
+    let policy = settle_policy(from_file, store.as_ref(), &recorder).await;
+    let scanner = ScannerInspector::build_in_background(
+        scanner_builder(&policy, &fingerprint_key),
+        policy.limits.scan_budget,
+        policy.fail_closed(),
+    );
 
     // Identity: the id is bound to the launch command the first time.
     let command_hash = launch_command_hash(&opts.argv);
@@ -784,9 +797,14 @@ async fn poll_pins(store: Store, key: MacKey, server_id: String, tx: mpsc::Sende
     }
 }
 
-async fn load_policy(home_dir: &Path, store: Option<&Store>, recorder: &Recorder) -> Policy {
-    let _ = gatehouse_config::write_default_if_missing(home_dir);
-    match gatehouse_config::load(home_dir) {
+/// The policy in force: the file's when it is valid (remembered as the last
+/// good one), else the last good policy from the database, loudly.
+async fn settle_policy(
+    from_file: Result<LoadedPolicy, gatehouse_config::PolicyError>,
+    store: Option<&Store>,
+    recorder: &Recorder,
+) -> Policy {
+    match from_file {
         Ok(loaded) => {
             if let Some(store) = store {
                 remember_good_policy(store, &loaded).await;
