@@ -553,7 +553,8 @@ where
 /// Events and pin changes are written by one background task, off the hot path.
 #[derive(Clone)]
 struct Recorder {
-    tx: mpsc::UnboundedSender<Record>,
+    events: mpsc::UnboundedSender<Record>,
+    pins: mpsc::UnboundedSender<Record>,
 }
 
 enum Record {
@@ -565,57 +566,82 @@ enum Record {
 
 impl Recorder {
     fn start(store: Option<Store>, key: MacKey, server_id: String, session: String) -> Recorder {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Record>();
+        // Two writers, so events are never queued behind pin persistence
+        // (a first-sight list is dozens of transactions).
+        let (events, mut events_rx) = mpsc::unbounded_channel::<Record>();
+        let (pins, mut pins_rx) = mpsc::unbounded_channel::<Record>();
+        let event_store = store.clone();
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(RECORD_BATCH);
-            let mut events = Vec::new();
+            let mut pending = Vec::new();
             // Everything queued at once is written in one transaction: one
             // commit per burst instead of one per event.
-            while rx.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+            while events_rx.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+                let mut flushed = Vec::new();
                 for record in batch.drain(..) {
                     match record {
-                        Record::Event(e) => events.push(new_event(e, &server_id, &session)),
-                        Record::Pin(pin_server, update) => {
-                            write_events(store.as_ref(), &mut events).await;
-                            if let Some(store) = &store {
-                                if let Err(err) =
-                                    persist_pin(store, &key, &pin_server, update).await
-                                {
-                                    warn!(%err, "could not persist a pin");
-                                }
-                            }
-                        }
-                        Record::Flush(done) => {
-                            write_events(store.as_ref(), &mut events).await;
-                            let _ = done.send(());
-                        }
+                        Record::Event(e) => pending.push(new_event(e, &server_id, &session)),
+                        Record::Flush(done) => flushed.push(done),
+                        Record::Pin(..) => {}
                     }
                 }
-                write_events(store.as_ref(), &mut events).await;
+                write_events(event_store.as_ref(), &mut pending).await;
+                for done in flushed {
+                    let _ = done.send(());
+                }
             }
         });
-        Recorder { tx }
+        tokio::spawn(async move {
+            while let Some(record) = pins_rx.recv().await {
+                match record {
+                    Record::Pin(pin_server, update) => {
+                        if let Some(store) = &store {
+                            if let Err(err) = persist_pin(store, &key, &pin_server, update).await {
+                                eprintln!("gatehouse: could not persist a pin: {err}");
+                            }
+                        }
+                    }
+                    Record::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                    Record::Event(_) => {}
+                }
+            }
+        });
+        Recorder { events, pins }
     }
 
     fn event(&self, event: EngineEvent) {
-        let _ = self.tx.send(Record::Event(event));
+        let _ = self.events.send(Record::Event(event));
     }
 
     fn persist(&self, server: &str, update: PinUpdate) {
-        let _ = self.tx.send(Record::Pin(server.to_string(), update));
+        let _ = self.pins.send(Record::Pin(server.to_string(), update));
     }
 
     /// Waits (boundedly) until everything queued so far is written.
     async fn finish(&self) {
-        let (done, wait) = tokio::sync::oneshot::channel();
-        if self.tx.send(Record::Flush(done)).is_ok() {
-            let _ = tokio::time::timeout(Duration::from_secs(2), wait).await;
+        let (events_done, events_wait) = tokio::sync::oneshot::channel();
+        let (pins_done, pins_wait) = tokio::sync::oneshot::channel();
+        let _ = self.events.send(Record::Flush(events_done));
+        let _ = self.pins.send(Record::Flush(pins_done));
+        let both = async {
+            let _ = events_wait.await;
+            let _ = pins_wait.await;
+        };
+        if tokio::time::timeout(Duration::from_secs(3), both)
+            .await
+            .is_err()
+        {
+            eprintln!("gatehouse: gave up waiting for event records to be written");
         }
     }
 }
 
 /// Records the recorder writes per transaction at most.
 const RECORD_BATCH: usize = 256;
+/// Tries for one batch of events (20 ms, doubling, between tries).
+const RECORD_ATTEMPTS: u32 = 5;
 
 fn new_event(e: EngineEvent, server_id: &str, session: &str) -> NewEvent {
     NewEvent {
@@ -639,8 +665,23 @@ async fn write_events(store: Option<&Store>, events: &mut Vec<NewEvent>) {
     }
     match store {
         Some(store) => {
-            if let Err(err) = store.insert_events(events).await {
-                warn!(%err, count = events.len(), "could not record events");
+            // Off the hot path: a busy database is waited out a few times
+            // before events are given up (and said so on stderr).
+            let mut delay = Duration::from_millis(20);
+            for attempt in 1..=RECORD_ATTEMPTS {
+                match store.insert_events(events).await {
+                    Ok(_) => break,
+                    Err(err) if attempt == RECORD_ATTEMPTS => {
+                        eprintln!(
+                            "gatehouse: could not record {} event(s): {err}",
+                            events.len()
+                        );
+                    }
+                    Err(_) => {
+                        tokio::time::sleep(delay).await;
+                        delay *= 2;
+                    }
+                }
             }
         }
         None => {

@@ -402,21 +402,28 @@ impl Store {
     }
 
     /// Records several events in one transaction (one commit instead of
-    /// one per event); an invalid event is skipped and reported, the rest
-    /// are kept.
+    /// one per event). Each event has its own savepoint: one that cannot be
+    /// written (invalid, or refused by a constraint) is skipped and the rest
+    /// are kept; the first such error is returned only when nothing was
+    /// written. A busy or broken database fails the whole batch.
     pub async fn insert_events(&self, events: &[NewEvent]) -> Result<usize> {
         let _gate = self.write_gate().await;
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let mut written = 0;
         let mut first_error = None;
         for event in events {
+            sqlx::query("SAVEPOINT one_event").execute(&mut *tx).await?;
             match insert_one(&mut tx, event, self.options().event_aggregation_ms).await {
                 Ok(_) => written += 1,
-                Err(StoreError::Invalid(why)) => {
-                    first_error.get_or_insert(StoreError::Invalid(why));
+                Err(StoreError::Busy) => return Err(StoreError::Busy),
+                Err(err) => {
+                    sqlx::query("ROLLBACK TO one_event")
+                        .execute(&mut *tx)
+                        .await?;
+                    first_error.get_or_insert(err);
                 }
-                Err(other) => return Err(other),
             }
+            sqlx::query("RELEASE one_event").execute(&mut *tx).await?;
         }
         tx.commit().await?;
         match first_error {
