@@ -340,6 +340,20 @@ impl<I: Inspector> Relay<I> {
             .and_then(|p| p.get("arguments"))
             .cloned()
             .unwrap_or(Value::Null);
+        // A tool withheld by policy is refused naming the policy's own rule
+        // (`tool_policy.blocked_tools`, `trust.restricted`, …).
+        if let Some(seen) = self.tools.get(tool) {
+            if !seen.exposed && seen.withheld_rule == "policy.tool_not_exposed" {
+                let hash = seen.hash.clone();
+                if let ToolRule::Block { rule, reason } =
+                    self.settings
+                        .policy
+                        .tool_decision(tool, Some(&hash), &arguments)
+                {
+                    return self.block_call(id, tool, &rule, Severity::High, &reason, out);
+                }
+            }
+        }
         let block = match self.tools.get(tool) {
             None => Some((
                 "tool.unknown",
