@@ -340,31 +340,30 @@ impl<I: Inspector> Relay<I> {
             .and_then(|p| p.get("arguments"))
             .cloned()
             .unwrap_or(Value::Null);
-        // A tool withheld by policy is refused naming the policy's own rule
-        // (`tool_policy.blocked_tools`, `trust.restricted`, …).
-        if let Some(seen) = self.tools.get(tool) {
-            if !seen.exposed && seen.withheld_rule == "policy.tool_not_exposed" {
-                let hash = seen.hash.clone();
-                if let ToolRule::Block { rule, reason } =
-                    self.settings
-                        .policy
-                        .tool_decision(tool, Some(&hash), &arguments)
-                {
-                    return self.block_call(id, tool, &rule, Severity::High, &reason, out);
-                }
-            }
-        }
         let block = match self.tools.get(tool) {
             None => Some((
                 "tool.unknown",
                 Severity::Medium,
                 format!("the server did not list a tool named {tool:?}"),
             )),
-            Some(seen) if !seen.exposed => Some((
-                seen.withheld_rule,
-                Severity::High,
-                withheld_reason(seen.withheld_rule).to_string(),
-            )),
+            Some(seen) if !seen.exposed => {
+                // Withheld by policy: refused naming the policy's own rule
+                // (`tool_policy.blocked_tools`, `trust.restricted`, …).
+                if seen.withheld_rule == "policy.tool_not_exposed" {
+                    if let ToolRule::Block { rule, reason } =
+                        self.settings
+                            .policy
+                            .tool_decision(tool, Some(&seen.hash), &arguments)
+                    {
+                        return self.block_call(id, tool, &rule, Severity::High, &reason, out);
+                    }
+                }
+                Some((
+                    seen.withheld_rule,
+                    Severity::High,
+                    withheld_reason(seen.withheld_rule).to_string(),
+                ))
+            }
             Some(seen) => {
                 match self
                     .settings

@@ -553,13 +553,13 @@ where
 /// Events and pin changes are written by one background task, off the hot path.
 #[derive(Clone)]
 struct Recorder {
-    events: mpsc::UnboundedSender<Record>,
-    pins: mpsc::UnboundedSender<Record>,
+    events: mpsc::UnboundedSender<Record<EngineEvent>>,
+    pins: mpsc::UnboundedSender<Record<(String, PinUpdate)>>,
 }
 
-enum Record {
-    Event(EngineEvent),
-    Pin(String, PinUpdate),
+/// What one recorder writer is sent: an item to write, or a flush request.
+enum Record<T> {
+    Write(T),
     /// Answered once everything queued before it is written.
     Flush(tokio::sync::oneshot::Sender<()>),
 }
@@ -568,8 +568,8 @@ impl Recorder {
     fn start(store: Option<Store>, key: MacKey, server_id: String, session: String) -> Recorder {
         // Two writers, so events are never queued behind pin persistence
         // (a first-sight list is dozens of transactions).
-        let (events, mut events_rx) = mpsc::unbounded_channel::<Record>();
-        let (pins, mut pins_rx) = mpsc::unbounded_channel::<Record>();
+        let (events, mut events_rx) = mpsc::unbounded_channel::<Record<EngineEvent>>();
+        let (pins, mut pins_rx) = mpsc::unbounded_channel::<Record<(String, PinUpdate)>>();
         let event_store = store.clone();
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(RECORD_BATCH);
@@ -580,9 +580,8 @@ impl Recorder {
                 let mut flushed = Vec::new();
                 for record in batch.drain(..) {
                     match record {
-                        Record::Event(e) => pending.push(new_event(e, &server_id, &session)),
+                        Record::Write(e) => pending.push(new_event(e, &server_id, &session)),
                         Record::Flush(done) => flushed.push(done),
-                        Record::Pin(..) => {}
                     }
                 }
                 write_events(event_store.as_ref(), &mut pending).await;
@@ -594,7 +593,7 @@ impl Recorder {
         tokio::spawn(async move {
             while let Some(record) = pins_rx.recv().await {
                 match record {
-                    Record::Pin(pin_server, update) => {
+                    Record::Write((pin_server, update)) => {
                         if let Some(store) = &store {
                             if let Err(err) = persist_pin(store, &key, &pin_server, update).await {
                                 eprintln!("gatehouse: could not persist a pin: {err}");
@@ -604,7 +603,6 @@ impl Recorder {
                     Record::Flush(done) => {
                         let _ = done.send(());
                     }
-                    Record::Event(_) => {}
                 }
             }
         });
@@ -612,11 +610,11 @@ impl Recorder {
     }
 
     fn event(&self, event: EngineEvent) {
-        let _ = self.events.send(Record::Event(event));
+        let _ = self.events.send(Record::Write(event));
     }
 
     fn persist(&self, server: &str, update: PinUpdate) {
-        let _ = self.pins.send(Record::Pin(server.to_string(), update));
+        let _ = self.pins.send(Record::Write((server.to_string(), update)));
     }
 
     /// Waits (boundedly) until everything queued so far is written.
