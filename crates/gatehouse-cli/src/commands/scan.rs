@@ -149,9 +149,19 @@ fn read_source(path: &PathBuf) -> anyhow::Result<String> {
     Ok(text)
 }
 
-/// A JSON array, JSON lines, or a single object.
+/// A JSON array, JSON lines, or a single object; errors name the input.
 fn read_items(path: &PathBuf) -> anyhow::Result<Vec<Value>> {
     let text = read_source(path)?;
+    parse_items(&text).with_context(|| {
+        if path.as_os_str() == "-" {
+            "stdin".to_string()
+        } else {
+            path.display().to_string()
+        }
+    })
+}
+
+fn parse_items(text: &str) -> anyhow::Result<Vec<Value>> {
     let trimmed = text.trim_start();
     if trimmed.starts_with('[') {
         let v: Value = serde_json::from_str(trimmed).context("input is not a JSON array")?;
