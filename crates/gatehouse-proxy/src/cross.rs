@@ -21,7 +21,7 @@ use gatehouse_engine::cross_server::{
 use gatehouse_engine::{Action, EngineEvent, Inspector, Output, Relay, Severity};
 use gatehouse_protocol::RequestId;
 use gatehouse_store::{
-    BucketState, CallCheck, CallDecision, CallId, LoadResults, NewCall, Store, WindowSnapshot,
+    BucketState, CallCheck, CallDecision, CallId, NewCall, Store, WindowLoad, WindowSnapshot,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -242,14 +242,15 @@ impl Cross {
         };
         let audit_only = relay.settings().audit_only;
         let now = now_ms();
+        let back = self.rules.lookback(class);
         let check = CallCheck {
             session: &self.me.session,
             now_ms: now,
             window_ms: self.rules.window_ms(),
-            results: if self.rules.needs_marks(class) {
-                LoadResults::OtherReads(&self.me.server_id)
-            } else {
-                LoadResults::None
+            load: WindowLoad::Lean {
+                other_reads_ms: back.other_reads_ms,
+                with_results: self.rules.needs_marks(class),
+                own_ms: back.own_ms,
             },
             exposing: Some(&tool),
         };

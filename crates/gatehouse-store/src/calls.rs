@@ -3,10 +3,11 @@
 //! check-and-record that cross-server rules, bursts and rate limits need.
 //!
 //! # Cost of one call
-//! [`Store::check_and_record_call`] runs in one `BEGIN IMMEDIATE`
-//! transaction: two indexed reads (the session's window rows, its bucket
-//! rows), one indexed `MIN(time_ms)` read, the caller's pure `decide`, then
-//! writes only what the decision asks for:
+//! [`Store::check_call`] runs in one `BEGIN IMMEDIATE` transaction: one
+//! statement of index range reads (only the calls the rules need, see
+//! [`WindowLoad`]; the caller's bucket; the session's oldest call time; the
+//! servers exposing the tool), the caller's pure `decide`, then writes only
+//! what the decision asks for:
 //! - an allowed call: exactly one `INSERT` (the call row; plain rowid, no
 //!   `AUTOINCREMENT` bookkeeping);
 //! - a bucket row only when `decide` returns one (`CallDecision::bucket`).
@@ -84,24 +85,32 @@ pub struct ExposingServer {
     pub pinned_at_ms: Option<i64>,
 }
 
-/// Which recorded results [`Store::check_call`] loads (they can be large).
+/// Which of the session's calls [`Store::check_call`] loads. Each part is
+/// an indexed range scan, so a check reads what its rules need and not the
+/// whole window (which grows with the session's call rate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LoadResults<'a> {
-    /// None.
-    None,
-    /// Those of `read` calls of other servers than this one.
-    OtherReads(&'a str),
-    /// All.
+pub enum WindowLoad {
+    /// Every call since the window start, every result, every bucket.
     All,
+    /// What one call's rules need.
+    Lean {
+        /// Other servers' `read` calls this far back (the sequence rules).
+        other_reads_ms: Option<i64>,
+        /// With their results (the taint marks linked mode compares).
+        with_results: bool,
+        /// The calling server's own calls this far back (burst, rate limit).
+        own_ms: Option<i64>,
+    },
 }
 
-/// One call check: the session, the time, how far back to look, what to load.
+/// One call check: the session, the time, the pruning horizon, what to load.
 #[derive(Debug, Clone, Copy)]
 pub struct CallCheck<'a> {
     pub session: &'a str,
     pub now_ms: i64,
+    /// The longest look-back of any rule: older calls may be pruned.
     pub window_ms: i64,
-    pub results: LoadResults<'a>,
+    pub load: WindowLoad,
     /// Load the session's servers exposing this tool name (shadowing).
     pub exposing: Option<&'a str>,
 }
@@ -214,22 +223,34 @@ async fn load_entries(
     Ok(rows.into_iter().map(WindowEntry::from).collect())
 }
 
-/// Everything a check reads, in one statement (one round trip): kind 0 is a
-/// call row (every row of the session: pruning keeps at most about two
-/// windows, and the oldest decides whether to prune), kind 1 the caller's
-/// bucket, kind 2 a server exposing the called tool.
-const SNAPSHOT_SQL: &str = "\
+/// Everything a check reads, in one statement (one round trip). Kind 0 is a
+/// call row: other servers' reads since ?3, the caller's calls since ?4,
+/// every call since ?5 (each an index range; `i64::MAX` skips one); kind 3
+/// the session's oldest call time (decides pruning); kind 1 a bucket; kind 2
+/// a server exposing the called tool.
+pub(crate) const SNAPSHOT_SQL: &str = "\
 SELECT 0 AS kind, id, server_id, tool, category, time_ms, outcome, detail, \
-       CASE WHEN ?3 = 2 OR (?3 = 1 AND category = 'read' AND server_id != ?2) THEN result END AS result, \
-       NULL AS num, NULL AS num2 \
-  FROM call_window WHERE session = ?1 \
+       CASE WHEN ?6 THEN result END AS result, NULL AS num, NULL AS num2 \
+  FROM call_window INDEXED BY call_window_session_category_time \
+ WHERE session = ?1 AND category = 'read' AND time_ms >= ?3 AND server_id != ?2 \
+UNION ALL \
+SELECT 0, id, server_id, tool, category, time_ms, outcome, detail, NULL, NULL, NULL \
+  FROM call_window INDEXED BY call_window_session_server_time \
+ WHERE session = ?1 AND server_id = ?2 AND time_ms >= ?4 \
+UNION ALL \
+SELECT 0, id, server_id, tool, category, time_ms, outcome, detail, result, NULL, NULL \
+  FROM call_window WHERE session = ?1 AND time_ms >= ?5 \
+UNION ALL \
+SELECT 3, 0, '', '', '', \
+       (SELECT time_ms FROM call_window WHERE session = ?1 ORDER BY time_ms LIMIT 1), \
+       '', NULL, NULL, NULL, NULL \
 UNION ALL \
 SELECT 1, 0, server_id, '', '', updated_ms, '', NULL, NULL, tokens, cooldown_until_ms \
-  FROM rate_buckets WHERE session = ?1 AND (?4 = 1 OR server_id = ?2) \
+  FROM rate_buckets WHERE session = ?1 AND (?7 = 1 OR server_id = ?2) \
 UNION ALL \
 SELECT 2, 0, t.server_id, t.command_hash, '', 0, '', NULL, NULL, NULL, p.pinned_at_ms \
   FROM session_tools t LEFT JOIN pins p ON p.server_id = t.pin_server_id AND p.name = t.name \
- WHERE t.session = ?1 AND t.name = ?5";
+ WHERE t.session = ?1 AND t.name = ?8";
 
 #[derive(sqlx::FromRow)]
 struct SnapshotRow {
@@ -238,7 +259,7 @@ struct SnapshotRow {
     server_id: String,
     tool: String,
     category: String,
-    time_ms: i64,
+    time_ms: Option<i64>,
     outcome: String,
     detail: Option<Vec<u8>>,
     result: Option<Vec<u8>>,
@@ -270,7 +291,7 @@ impl Store {
             session,
             now_ms,
             window_ms,
-            results: LoadResults::All,
+            load: WindowLoad::All,
             exposing: None,
         };
         self.check_call(check, call, decide).await
@@ -292,7 +313,7 @@ impl Store {
             session,
             now_ms,
             window_ms,
-            results,
+            load,
             exposing,
         } = check;
         if session.is_empty() || call.server_id.is_empty() {
@@ -302,18 +323,25 @@ impl Store {
             return Err(StoreError::Invalid("window must be positive"));
         }
         let window_start_ms = now_ms.saturating_sub(window_ms);
-        let (mode, other_than) = match results {
-            LoadResults::None => (0, call.server_id.as_str()),
-            LoadResults::OtherReads(server) => (1, server),
-            LoadResults::All => (2, call.server_id.as_str()),
+        let since = |back: Option<i64>| back.map_or(i64::MAX, |b| now_ms.saturating_sub(b));
+        let (other_reads_since, with_results, own_since, all_since) = match load {
+            WindowLoad::All => (i64::MAX, false, i64::MAX, window_start_ms),
+            WindowLoad::Lean {
+                other_reads_ms,
+                with_results,
+                own_ms,
+            } => (since(other_reads_ms), with_results, since(own_ms), i64::MAX),
         };
-        let all_buckets = matches!(results, LoadResults::All);
+        let all_buckets = matches!(load, WindowLoad::All);
         let _gate = self.write_gate().await;
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let rows: Vec<SnapshotRow> = sqlx::query_as(SNAPSHOT_SQL)
             .bind(session)
-            .bind(other_than)
-            .bind(mode)
+            .bind(&call.server_id)
+            .bind(other_reads_since)
+            .bind(own_since)
+            .bind(all_since)
+            .bind(with_results)
             .bind(i64::from(all_buckets))
             .bind(exposing.unwrap_or(""))
             .fetch_all(&mut *tx)
@@ -324,25 +352,21 @@ impl Store {
         let mut exposing_rows = Vec::new();
         for row in rows {
             match row.kind {
-                0 => {
-                    oldest = Some(oldest.map_or(row.time_ms, |o| o.min(row.time_ms)));
-                    if row.time_ms >= window_start_ms {
-                        entries.push(WindowEntry::from(EntryRow {
-                            id: row.id,
-                            server_id: row.server_id,
-                            tool: row.tool,
-                            category: row.category,
-                            time_ms: row.time_ms,
-                            outcome: row.outcome,
-                            detail: row.detail,
-                            result: row.result,
-                        }));
-                    }
-                }
+                0 => entries.push(WindowEntry::from(EntryRow {
+                    id: row.id,
+                    server_id: row.server_id,
+                    tool: row.tool,
+                    category: row.category,
+                    time_ms: row.time_ms.unwrap_or(0),
+                    outcome: row.outcome,
+                    detail: row.detail,
+                    result: row.result,
+                })),
+                3 => oldest = row.time_ms,
                 1 => buckets.push(rate_buckets::parse_parts(
                     row.server_id,
                     row.num.unwrap_or(f64::NAN),
-                    row.time_ms,
+                    row.time_ms.unwrap_or(0),
                     row.num2.unwrap_or(0),
                 )?),
                 _ => exposing_rows.push(ExposingServer {
@@ -858,16 +882,21 @@ mod tests {
             .set_session_tools("other", "x", "x", "sha256:cc", &["send_email"], 950)
             .await
             .unwrap();
-        let check = |results, exposing| CallCheck {
+        let check = |load, exposing| CallCheck {
             session: "s",
             now_ms: 2000,
             window_ms: 30_000,
-            results,
+            load,
             exposing,
+        };
+        let lean = |other: Option<i64>, with_results, own: Option<i64>| WindowLoad::Lean {
+            other_reads_ms: other,
+            with_results,
+            own_ms: own,
         };
         store
             .check_call(
-                check(LoadResults::OtherReads("mail"), Some("send_email")),
+                check(lean(Some(30_000), true, Some(30_000)), Some("send_email")),
                 call("mail", "send_email", "send"),
                 |snap| {
                     let results: Vec<_> = snap.entries.iter().map(|e| e.result.clone()).collect();
@@ -895,11 +924,25 @@ mod tests {
             .unwrap();
         store
             .check_call(
-                check(LoadResults::None, None),
+                check(lean(Some(30_000), false, None), None),
                 call("mail", "x", "read"),
                 |snap| {
+                    let ids: Vec<_> = snap.entries.iter().map(|e| e.server_id.as_str()).collect();
+                    assert_eq!(ids, ["fs"], "other servers' reads only, not own calls");
                     assert!(snap.entries.iter().all(|e| e.result.is_none()));
                     assert!(snap.exposing.is_empty(), "not asked for");
+                    CallDecision::deny(())
+                },
+            )
+            .await
+            .unwrap();
+        store
+            .check_call(
+                check(lean(Some(500), false, Some(30_000)), None),
+                call("mail", "x", "read"),
+                |snap| {
+                    let ids: Vec<_> = snap.entries.iter().map(|e| e.server_id.as_str()).collect();
+                    assert_eq!(ids, ["mail"], "fs read is older than the look-back");
                     CallDecision::deny(())
                 },
             )
@@ -911,7 +954,7 @@ mod tests {
             .unwrap();
         store
             .check_call(
-                check(LoadResults::None, Some("send_email")),
+                check(lean(None, false, None), Some("send_email")),
                 call("mail", "send_email", "send"),
                 |snap| {
                     assert_eq!(snap.exposing.len(), 1, "fs listed again without send_email");

@@ -56,8 +56,8 @@ mod ui_sessions;
 mod util;
 
 pub use calls::{
-    CallCheck, CallDecision, CallId, CheckOutcome, ExposingServer, LoadResults, NewCall,
-    WindowEntry, WindowSnapshot,
+    CallCheck, CallDecision, CallId, CheckOutcome, ExposingServer, NewCall, WindowEntry,
+    WindowLoad, WindowSnapshot,
 };
 pub use consent::{ConsentKind, ConsentRequest, ConsentState, NewConsent};
 pub use db::{Store, StoreOptions, DB_FILE, LOCK_FILE, SCHEMA_VERSION};

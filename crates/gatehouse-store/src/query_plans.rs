@@ -243,6 +243,24 @@ async fn hot_queries_use_indexes_with_a_million_events() {
     for (name, sql) in statements {
         check(name, &plan(&store, explain(sql)).await);
     }
+    // The call check's one statement, every part bound (nothing skipped).
+    let steps: Vec<(i64, i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "EXPLAIN QUERY PLAN {}",
+        crate::calls::SNAPSHOT_SQL
+    )))
+    .bind("sess3")
+    .bind("srv1")
+    .bind(199_000_i64)
+    .bind(199_000_i64)
+    .bind(199_000_i64)
+    .bind(true)
+    .bind(1_i64)
+    .bind("t")
+    .fetch_all(store.pool())
+    .await
+    .expect("EXPLAIN QUERY PLAN of the call check");
+    let steps: Vec<String> = steps.into_iter().map(|row| row.3).collect();
+    check("call check snapshot", &steps);
 
     // The hot path itself still works on the big database.
     let outcome = store

@@ -116,6 +116,27 @@ impl CrossRules {
         w
     }
 
+    /// How far back [`decide`] needs the session's calls to judge a call of
+    /// `class`: other servers' reads for the sequence rule that applies, and
+    /// the server's own calls for burst and rate limit. Loading only these
+    /// gives the same decision as loading the whole window.
+    pub fn lookback(&self, class: ToolClass) -> Lookback {
+        let send_rule = class == ToolClass::Send && self.read_then_send.mode != FlowMode::Off;
+        let sequence = if send_rule {
+            Some(self.read_then_send.window_ms)
+        } else if class != ToolClass::Read && self.flow.mode != FlowMode::Off {
+            Some(self.flow.window_ms)
+        } else {
+            None
+        };
+        let burst = self.burst.map(|b| b.window_ms);
+        let rate = self.rate.map(|r| 2 * r.refill_ms());
+        Lookback {
+            other_reads_ms: sequence,
+            own_ms: burst.max(rate),
+        }
+    }
+
     /// Whether a call of `class` needs the taint marks of other servers'
     /// reads (only linked-mode sequence rules read them).
     pub fn needs_marks(&self, class: ToolClass) -> bool {
@@ -129,6 +150,15 @@ impl CrossRules {
             _ => self.flow.mode == FlowMode::Linked,
         }
     }
+}
+
+/// What [`decide`] needs loaded for one call (see [`CrossRules::lookback`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lookback {
+    /// Other servers' reads this far back (None: not needed).
+    pub other_reads_ms: Option<i64>,
+    /// The calling server's own calls this far back (None: not needed).
+    pub own_ms: Option<i64>,
 }
 
 /// The call being judged.

@@ -294,14 +294,42 @@ fn check(rules: &CrossRules, history: &[Call<'_>], next: Call<'_>, args: Value) 
             class: call.class,
             args: ArgMarks::of(&key(), args),
         };
+        let bucket = buckets.get(call.server).copied();
         let d = decide(
             rules,
             &facts,
             call.at,
             &prior,
-            buckets.get(call.server).copied(),
+            bucket,
             &ShadowFacts::default(),
         );
+        // What a host loads per `lookback` and `needs_marks` must decide the same.
+        let back = rules.lookback(call.class);
+        let marks = rules.needs_marks(call.class);
+        let lean: Vec<Prior<'_>> = prior
+            .iter()
+            .filter(|p| {
+                let since = |ms: Option<i64>| ms.is_some_and(|ms| p.time_ms >= call.at - ms);
+                if p.server_id == call.server {
+                    since(back.own_ms)
+                } else {
+                    p.class == ToolClass::Read && since(back.other_reads_ms)
+                }
+            })
+            .map(|p| Prior {
+                marks: p.marks.filter(|_| marks),
+                ..*p
+            })
+            .collect();
+        let lean_d = decide(
+            rules,
+            &facts,
+            call.at,
+            &lean,
+            bucket,
+            &ShadowFacts::default(),
+        );
+        assert_eq!(d, lean_d, "the lean load decides like the full window");
         drop(prior);
         if let Some(b) = d.bucket {
             buckets.insert(call.server.to_string(), b);
@@ -800,6 +828,31 @@ fn window_covers_every_rule() {
     assert_eq!(slow.window_ms(), 240_000);
     assert!(d.needs_marks(ToolClass::Send) && d.needs_marks(ToolClass::Write));
     assert!(!d.needs_marks(ToolClass::Read));
+    let back = |rules: &CrossRules, class| {
+        let l = rules.lookback(class);
+        (l.other_reads_ms, l.own_ms)
+    };
+    assert_eq!(
+        back(&d, ToolClass::Read),
+        (None, Some(24_000)),
+        "reads: own calls only"
+    );
+    assert_eq!(back(&d, ToolClass::Send), (Some(30_000), Some(24_000)));
+    let quiet = CrossRules {
+        burst: None,
+        rate: None,
+        flow: FlowSettings {
+            mode: FlowMode::Off,
+            window_ms: 30_000,
+        },
+        ..d.clone()
+    };
+    assert_eq!(
+        back(&quiet, ToolClass::Write),
+        (None, None),
+        "nothing to load"
+    );
+    assert_eq!(back(&quiet, ToolClass::Send), (Some(30_000), None));
 }
 
 #[test]
