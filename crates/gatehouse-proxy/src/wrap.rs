@@ -318,8 +318,28 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         pin_server_id: pin_server_id.clone(),
         command_hash: command_hash.clone(),
     };
+    let rules = crate::cross::rules_for(&policy, &server_settings);
+    let presence = match &store {
+        Some(store) => match crate::presence::Presence::join(
+            store.clone(),
+            &home_dir,
+            &session,
+            &opts.server_id,
+            rules.window_ms(),
+        )
+        .await
+        {
+            Ok(presence) => Some(presence),
+            Err(err) => {
+                warn!(%err, "could not join the client session; every call is checked in the database");
+                None
+            }
+        },
+        None => None,
+    };
     let mut cross = crate::cross::Cross::new(
         store.clone(),
+        presence,
         me,
         &policy,
         &server_settings,

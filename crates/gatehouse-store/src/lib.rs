@@ -42,6 +42,7 @@ mod events;
 pub mod home;
 mod mac;
 mod maintenance;
+mod members;
 mod meta;
 mod modes;
 mod pins;
@@ -67,6 +68,7 @@ pub use events::{
 };
 pub use mac::MacKey;
 pub use maintenance::{MaintenancePolicy, MaintenanceReport};
+pub use members::{LocalCall, SessionMember};
 pub use modes::{ModeRecord, ServerMode};
 pub use pins::{HoldState, Pin, PinState};
 pub use rate_buckets::BucketState;

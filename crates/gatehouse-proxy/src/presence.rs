@@ -1,0 +1,353 @@
+//! The fast path for a server alone in its client session (issue 5): its
+//! calls are judged against an in-memory window, with no database round trip
+//! and no write per call, and handed over before they can matter.
+//!
+//! Protocol (`gatehouse_store::members`): each wrap process joins its
+//! session at start. A process that finds no other live member is *alone*.
+//! A poller watches the session's stamp file (one byte appended per join and
+//! leave, so a `stat` detects them) and re-reads the members when it changes
+//! (and every few seconds, to notice crashed members). When a process that
+//! was alone sees a later member, it writes its in-memory calls (with their
+//! results' taint marks and its cool-down) to the shared window and
+//! acknowledges the join in one transaction; every member acknowledges every
+//! later member. A joiner checks its first call only once all earlier
+//! members have acknowledged it, so no read made while a server was alone
+//! is missed by a send of the server that joined.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gatehouse_engine::cross_server::{Bucket, ToolClass};
+use gatehouse_store::{BucketState, CallId, LocalCall, Store};
+use sha2::{Digest, Sha256};
+use tokio::sync::Mutex;
+use tracing::warn;
+
+/// How often the stamp file is checked.
+const POLL: Duration = Duration::from_millis(100);
+/// How often members are re-read even without a stamp change (crashed
+/// processes never append to it).
+const REFRESH: Duration = Duration::from_secs(5);
+/// How long a joiner waits for earlier members to acknowledge it.
+pub const JOIN_WAIT: Duration = Duration::from_secs(1);
+
+/// A call kept in memory while alone.
+pub struct LocalEntry {
+    seq: u64,
+    pub class: ToolClass,
+    pub call: LocalCall,
+}
+
+/// A recorded read waiting for its result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pending {
+    Local(u64),
+    Stored(CallId),
+}
+
+/// What the mutex guards: the mode and the in-memory window.
+pub struct Local {
+    /// No other live member: calls are judged here.
+    pub alone: bool,
+    /// Every earlier member acknowledged this one's join.
+    join_synced: bool,
+    /// Highest member id this process has acknowledged.
+    synced_for: i64,
+    pub calls: VecDeque<LocalEntry>,
+    pub bucket: Option<Bucket>,
+    /// Recorded reads by request id.
+    pub pending: HashMap<String, Pending>,
+    next_seq: u64,
+}
+
+impl Local {
+    /// Records a call that passed; `request` is set for reads (their result
+    /// adds taint marks). Calls older than `window_ms` are dropped.
+    pub fn record(
+        &mut self,
+        class: ToolClass,
+        call: LocalCall,
+        request: Option<String>,
+        window_ms: i64,
+    ) {
+        let horizon = call.time_ms.saturating_sub(window_ms);
+        while self.calls.front().is_some_and(|e| e.call.time_ms < horizon) {
+            self.calls.pop_front();
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if let Some(request) = request {
+            self.pending.insert(request, Pending::Local(seq));
+        }
+        self.calls.push_back(LocalEntry { seq, class, call });
+    }
+
+    /// Attaches a result's taint marks to a local read; false when it is
+    /// no longer in the window.
+    pub fn attach(&mut self, seq: u64, marks: Vec<u8>) -> bool {
+        match self.calls.iter_mut().find(|e| e.seq == seq) {
+            Some(entry) => {
+                entry.call.result = Some(marks);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// This process's membership of its session.
+pub struct Presence {
+    store: Store,
+    session: String,
+    server_id: String,
+    member: i64,
+    stamp: PathBuf,
+    window_ms: i64,
+    pub local: Mutex<Local>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Whether process `pid` still exists (unverifiable platforms: assume yes,
+/// which only costs speed).
+#[allow(unsafe_code)]
+fn alive(pid: i64) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return false;
+        };
+        // SAFETY: signal 0 only checks that the process exists.
+        let rc = unsafe { libc::kill(pid, 0) };
+        rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
+    }
+}
+
+/// The stamp file of a session (its name is a hash: session keys are not
+/// secret, but need not be file names).
+fn stamp_path(home: &Path, session: &str) -> PathBuf {
+    let digest = Sha256::digest(session.as_bytes());
+    home.join("sessions").join(hex::encode(&digest[..12]))
+}
+
+fn touch(stamp: &Path) {
+    let write = || -> std::io::Result<()> {
+        if let Some(dir) = stamp.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(stamp)?;
+        file.write_all(b".")
+    };
+    if let Err(err) = write() {
+        warn!(%err, path = %stamp.display(), "could not touch the session stamp");
+    }
+}
+
+fn stamp_len(stamp: &Path) -> u64 {
+    std::fs::metadata(stamp).map(|m| m.len()).unwrap_or(0)
+}
+
+impl Presence {
+    /// Joins the session; `window_ms` is how long calls are kept in memory.
+    pub async fn join(
+        store: Store,
+        home: &Path,
+        session: &str,
+        server_id: &str,
+        window_ms: i64,
+    ) -> gatehouse_store::Result<Arc<Presence>> {
+        let (member, others) = store
+            .join_session(session, server_id, std::process::id(), now_ms())
+            .await?;
+        let stamp = stamp_path(home, session);
+        touch(&stamp);
+        let live: Vec<i64> = others
+            .iter()
+            .filter(|m| alive(m.pid))
+            .map(|m| m.id)
+            .collect();
+        let alone = live.is_empty();
+        let presence = Arc::new(Presence {
+            store,
+            session: session.to_owned(),
+            server_id: server_id.to_owned(),
+            member,
+            stamp,
+            window_ms,
+            local: Mutex::new(Local {
+                alone,
+                join_synced: alone,
+                synced_for: member,
+                calls: VecDeque::new(),
+                bucket: None,
+                pending: HashMap::new(),
+                next_seq: 0,
+            }),
+        });
+        tokio::spawn(Arc::clone(&presence).poll());
+        Ok(presence)
+    }
+
+    /// Leaves the session (the process ends).
+    pub async fn leave(&self) {
+        if let Err(err) = self.store.remove_members(&[self.member]).await {
+            warn!(%err, "could not leave the session");
+        }
+        touch(&self.stamp);
+    }
+
+    /// Waits until every earlier live member acknowledged this one's join
+    /// (once; immediate afterwards). Dead members are removed on the way.
+    pub async fn wait_join_synced(&self) -> Result<(), String> {
+        if self.local.lock().await.join_synced {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + JOIN_WAIT;
+        loop {
+            let waiting = self
+                .store
+                .unsynced_members(&self.session, self.member)
+                .await
+                .map_err(|e| e.to_string())?;
+            let dead: Vec<i64> = waiting
+                .iter()
+                .filter(|m| !alive(m.pid))
+                .map(|m| m.id)
+                .collect();
+            if !dead.is_empty() {
+                let _ = self.store.remove_members(&dead).await;
+            }
+            let live: Vec<&str> = waiting
+                .iter()
+                .filter(|m| !dead.contains(&m.id))
+                .map(|m| m.server_id.as_str())
+                .collect();
+            if live.is_empty() {
+                self.local.lock().await.join_synced = true;
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "{} of the session did not hand over its recent calls within {} ms",
+                    live.join(", "),
+                    JOIN_WAIT.as_millis()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The poller: notices joins and leaves, syncs, and returns to the fast
+    /// path when this process is alone again. Ends when the process leaves
+    /// (the task is dropped with the runtime).
+    async fn poll(self: Arc<Self>) {
+        let mut seen_len = stamp_len(&self.stamp);
+        let mut refreshed = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(POLL).await;
+            let len = stamp_len(&self.stamp);
+            if len == seen_len && refreshed.elapsed() < REFRESH {
+                continue;
+            }
+            seen_len = len;
+            refreshed = tokio::time::Instant::now();
+            if let Err(err) = self.refresh().await {
+                warn!(%err, "could not refresh the session's members");
+            }
+        }
+    }
+
+    async fn refresh(&self) -> gatehouse_store::Result<()> {
+        let members = self.store.session_members(&self.session).await?;
+        let (others, dead): (Vec<_>, Vec<_>) = members
+            .into_iter()
+            .filter(|m| m.id != self.member)
+            .partition(|m| alive(m.pid));
+        if !dead.is_empty() {
+            let ids: Vec<i64> = dead.iter().map(|m| m.id).collect();
+            self.store.remove_members(&ids).await?;
+        }
+        let mut local = self.local.lock().await;
+        let Some(newest) = others.iter().map(|m| m.id).max() else {
+            if !local.alone {
+                // Alone again: continue from the stored window's own calls so
+                // bursts and rate limits stay exact.
+                self.reload_own(&mut local).await?;
+                local.alone = true;
+                local.join_synced = true;
+            }
+            return Ok(());
+        };
+        if !local.alone && newest <= local.synced_for {
+            return Ok(());
+        }
+        // Hand over (the lock is held, so no call is judged meanwhile).
+        let calls: Vec<LocalCall> = local.calls.iter().map(|e| e.call.clone()).collect();
+        let bucket = local.bucket.map(|b| BucketState {
+            tokens: b.tokens,
+            updated_ms: b.updated_ms,
+            cooldown_until_ms: b.cooldown_until_ms,
+        });
+        let ids = self
+            .store
+            .sync_session_calls(
+                &self.session,
+                self.member,
+                &self.server_id,
+                newest,
+                &calls,
+                bucket.as_ref(),
+            )
+            .await?;
+        let stored: HashMap<u64, CallId> = local.calls.iter().map(|e| e.seq).zip(ids).collect();
+        for pending in local.pending.values_mut() {
+            if let Pending::Local(seq) = *pending {
+                if let Some(id) = stored.get(&seq) {
+                    *pending = Pending::Stored(*id);
+                }
+            }
+        }
+        local.pending.retain(|_, p| matches!(p, Pending::Stored(_)));
+        local.calls.clear();
+        local.alone = false;
+        local.synced_for = newest;
+        Ok(())
+    }
+
+    async fn reload_own(&self, local: &mut Local) -> gatehouse_store::Result<()> {
+        let since = now_ms().saturating_sub(self.window_ms);
+        let entries = self.store.window_entries(&self.session, since).await?;
+        local.calls.clear();
+        for e in entries
+            .into_iter()
+            .filter(|e| e.server_id == self.server_id)
+        {
+            let class = ToolClass::parse(&e.category).unwrap_or(ToolClass::Unknown);
+            let call = LocalCall {
+                tool: e.tool,
+                category: e.category,
+                time_ms: e.time_ms,
+                outcome: e.outcome,
+                result: e.result,
+            };
+            local.record(class, call, None, self.window_ms);
+        }
+        Ok(())
+    }
+}
