@@ -27,6 +27,7 @@ use gatehouse_store::{
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::presence::{Local, Pending, Presence};
@@ -45,6 +46,8 @@ pub struct Cross {
     /// Session membership: the fast path while alone (None: every call goes
     /// through the store, e.g. when joining failed).
     presence: Option<Arc<Presence>>,
+    /// The join, while it runs in the background.
+    joining: Option<JoinHandle<Option<Arc<Presence>>>>,
     me: CrossIdentity,
     rules: CrossRules,
     policy: Policy,
@@ -125,7 +128,7 @@ fn mentions(bytes: &[u8], needle: &[u8]) -> bool {
 impl Cross {
     pub fn new(
         store: Option<Store>,
-        presence: Option<Arc<Presence>>,
+        joining: Option<JoinHandle<Option<Arc<Presence>>>>,
         me: CrossIdentity,
         policy: &Policy,
         server: &ServerSettings,
@@ -133,7 +136,8 @@ impl Cross {
     ) -> Cross {
         Cross {
             store,
-            presence,
+            presence: None,
+            joining,
             rules: rules_for(policy, server),
             policy: policy.clone(),
             key,
@@ -155,6 +159,13 @@ impl Cross {
             return outputs;
         }
         self.publish_tools(relay);
+        if self.joining.is_some()
+            && outputs
+                .iter()
+                .any(|o| matches!(o, Output::ToServer(b) if mentions(b, b"tools/call")))
+        {
+            self.joined().await;
+        }
         let mut out = Vec::with_capacity(outputs.len());
         for output in outputs {
             match output {
@@ -412,6 +423,13 @@ impl Cross {
         }
     }
 
+    /// Finishes the background join (once).
+    async fn joined(&mut self) {
+        if let Some(join) = self.joining.take() {
+            self.presence = join.await.ok().flatten();
+        }
+    }
+
     /// Whether a recorded read may be waiting for its result.
     async fn may_await_result(&self) -> bool {
         match &self.presence {
@@ -464,7 +482,8 @@ impl Cross {
 
     /// Removes this server's tools from the session and leaves it (the
     /// process ends).
-    pub async fn leave(&self) {
+    pub async fn leave(&mut self) {
+        self.joined().await;
         if let Some(presence) = &self.presence {
             presence.leave().await;
         }

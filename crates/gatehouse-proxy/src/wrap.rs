@@ -319,27 +319,22 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         command_hash: command_hash.clone(),
     };
     let rules = crate::cross::rules_for(&policy, &server_settings);
-    let presence = match &store {
-        Some(store) => match crate::presence::Presence::join(
-            store.clone(),
-            &home_dir,
-            &session,
-            &opts.server_id,
-            rules.window_ms(),
-        )
-        .await
-        {
-            Ok(presence) => Some(presence),
-            Err(err) => {
-                warn!(%err, "could not join the client session; every call is checked in the database");
-                None
-            }
-        },
-        None => None,
-    };
+    // Joined in the background: the client's first messages need not wait
+    // for it; the first checked call does.
+    let joining = store.clone().map(|store| {
+        let (home, session, server_id) = (home_dir.clone(), session.clone(), opts.server_id.clone());
+        tokio::spawn(async move {
+            crate::presence::Presence::join(store, &home, &session, &server_id, rules.window_ms())
+                .await
+                .map_err(|err| {
+                    warn!(%err, "could not join the client session; every call is checked in the database");
+                })
+                .ok()
+        })
+    });
     let mut cross = crate::cross::Cross::new(
         store.clone(),
-        presence,
+        joining,
         me,
         &policy,
         &server_settings,
@@ -866,7 +861,10 @@ async fn settle_policy(
     match from_file {
         Ok(loaded) => {
             if let Some(store) = store {
-                remember_good_policy(store, &loaded).await;
+                // Off the start-up path: nothing before the spawn needs it.
+                let store = store.clone();
+                let text = loaded.last_good_record();
+                tokio::spawn(async move { remember_good_policy(&store, &text).await });
             }
             loaded.policy
         }
@@ -890,17 +888,16 @@ async fn settle_policy(
 
 const LAST_GOOD_KEY: &str = "policy.last_good";
 
-async fn remember_good_policy(store: &Store, loaded: &LoadedPolicy) {
-    let text = loaded.last_good_record();
+async fn remember_good_policy(store: &Store, text: &str) {
     if store
         .get_meta(LAST_GOOD_KEY)
         .await
         .ok()
         .flatten()
         .as_deref()
-        != Some(text.as_str())
+        != Some(text)
     {
-        let _ = store.set_meta(LAST_GOOD_KEY, &text).await;
+        let _ = store.set_meta(LAST_GOOD_KEY, text).await;
     }
 }
 
