@@ -26,6 +26,30 @@ struct Wire {
 }
 
 impl Wire {
+    /// Writes a `tools/call` without waiting; returns its id.
+    fn send_call(&mut self, tool: &str, args: Value) -> u64 {
+        self.next_id += 1;
+        let line = json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
+                          "params": {"name": tool, "arguments": args}});
+        writeln!(self.input, "{line}").expect("write to wrap");
+        self.input.flush().expect("flush");
+        self.next_id
+    }
+
+    /// The result of the call with `id`.
+    fn result_of(&mut self, id: u64) -> Value {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(STEP_TIMEOUT)
+                .unwrap_or_else(|_| panic!("no answer to call {id} within {STEP_TIMEOUT:?}"));
+            let v: Value = serde_json::from_str(&line).expect("wrap prints JSON");
+            if v["id"] == json!(id) {
+                return v["result"].clone();
+            }
+        }
+    }
+
     fn request(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
@@ -146,8 +170,10 @@ fn ide_with_later(
             let ok = Command::new("mkfifo").arg(&fifo).status().unwrap();
             assert!(ok.success(), "mkfifo {}", fifo.display());
         }
+        // `id#n` labels several wrap processes of one server id.
+        let server_id = id.split('#').next().unwrap_or(id);
         let wrap: Vec<String> = sb
-            .wrap_argv(id, pass, argv)
+            .wrap_argv(server_id, pass, argv)
             .iter()
             .map(|a| quote(a))
             .collect();
@@ -538,5 +564,73 @@ fn a_typosquatted_package_is_held_before_it_runs() {
             .iter()
             .any(|e| e["severity"] == "high" && e["action"] == "hold"),
         "{similar:?}"
+    );
+}
+
+/// Check-and-record is atomic across processes (issue 5): K real wrap
+/// processes of one server in one session each get a call at the same
+/// moment, every round; the shared rate limit (burst 1) lets exactly one
+/// through each time, never more, never fewer. (A token comes back every
+/// 500 ms: a round only miscounts if one process stalls that long.)
+#[test]
+fn concurrent_wraps_of_one_session_allow_exactly_the_limit() {
+    const K: usize = 4;
+    const ROUNDS: usize = 100;
+    const BURST: usize = 1;
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    // 120 calls a minute: a token every 500 ms, so a round (a few ms wide)
+    // never earns one back; 560 ms between rounds refills it.
+    sb.write_policy(&format!(
+        "[cross_server.burst]\nenabled = false\n\n\
+         [cross_server.rate_limit]\ncalls_per_minute = 120\nburst = {BURST}\n"
+    ));
+    let labels: Vec<String> = (0..K).map(|i| format!("notes#{i}")).collect();
+    let servers: Vec<(&str, Vec<String>, &[&str])> = labels
+        .iter()
+        .map(|l| {
+            (
+                l.as_str(),
+                peers.py_server("send_server.py", &["read_note"]),
+                &[][..],
+            )
+        })
+        .collect();
+    let mut ide = ide(&sb, "ide", &servers);
+    for l in &labels {
+        ide.wire(l).start();
+        assert!(!ide.wire(l).list().is_empty());
+    }
+    // Every earlier member has acknowledged the later ones before round 0.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut counts = Vec::with_capacity(ROUNDS);
+    for round in 0..ROUNDS {
+        let ids: Vec<u64> = labels
+            .iter()
+            .map(|l| {
+                ide.wire(l)
+                    .send_call("read_note", json!({"text": format!("r{round}")}))
+            })
+            .collect();
+        let mut allowed = 0;
+        for (l, id) in labels.iter().zip(ids) {
+            let result = ide.wire(l).result_of(id);
+            match blocked_by(&result) {
+                None => allowed += 1,
+                Some(why) => assert!(why.starts_with("cross_server.rate_limit"), "{why}"),
+            }
+        }
+        counts.push(allowed);
+        std::thread::sleep(std::time::Duration::from_millis(560));
+    }
+    let wrong: Vec<(usize, usize)> = counts
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|(_, n)| *n != BURST)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "rounds (index, allowed) that did not allow exactly {BURST} of {K}: {wrong:?}"
     );
 }

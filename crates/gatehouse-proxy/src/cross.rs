@@ -296,6 +296,7 @@ impl Cross {
         let check = CallCheck {
             session: &self.me.session,
             now_ms: now,
+            clock: Some(now_ms),
             window_ms: self.rules.window_ms(),
             load: WindowLoad::Lean {
                 other_reads_ms: back.other_reads_ms,

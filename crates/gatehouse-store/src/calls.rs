@@ -108,6 +108,11 @@ pub enum WindowLoad {
 pub struct CallCheck<'a> {
     pub session: &'a str,
     pub now_ms: i64,
+    /// Read the time again once the write lock is held (the later of both
+    /// counts): a process that waited for the lock must not judge its call
+    /// as if it came before the calls recorded while it waited. None in
+    /// tests with fixed times.
+    pub clock: Option<fn() -> i64>,
     /// The longest look-back of any rule: older calls may be pruned.
     pub window_ms: i64,
     pub load: WindowLoad,
@@ -291,6 +296,7 @@ impl Store {
             session,
             now_ms,
             window_ms,
+            clock: None,
             load: WindowLoad::All,
             exposing: None,
         };
@@ -312,6 +318,7 @@ impl Store {
         let CallCheck {
             session,
             now_ms,
+            clock,
             window_ms,
             load,
             exposing,
@@ -322,6 +329,9 @@ impl Store {
         if window_ms <= 0 {
             return Err(StoreError::Invalid("window must be positive"));
         }
+        let _gate = self.write_gate().await;
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        let now_ms = clock.map_or(now_ms, |clock| now_ms.max(clock()));
         let window_start_ms = now_ms.saturating_sub(window_ms);
         let since = |back: Option<i64>| back.map_or(i64::MAX, |b| now_ms.saturating_sub(b));
         let (other_reads_since, with_results, own_since, all_since) = match load {
@@ -333,8 +343,6 @@ impl Store {
             } => (since(other_reads_ms), with_results, since(own_ms), i64::MAX),
         };
         let all_buckets = matches!(load, WindowLoad::All);
-        let _gate = self.write_gate().await;
-        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let rows: Vec<SnapshotRow> = sqlx::query_as(SNAPSHOT_SQL)
             .bind(session)
             .bind(&call.server_id)
@@ -885,6 +893,7 @@ mod tests {
         let check = |load, exposing| CallCheck {
             session: "s",
             now_ms: 2000,
+            clock: None,
             window_ms: 30_000,
             load,
             exposing,

@@ -202,6 +202,7 @@ mod tests {
         let check = CallCheck {
             session: "s",
             now_ms: 1200,
+            clock: None,
             window_ms: 30_000,
             load: WindowLoad::All,
             exposing: None,
