@@ -136,9 +136,13 @@ impl Peer {
 
     /// One `tools/call` round trip; returns its duration.
     fn call(&mut self, payload: &str) -> Duration {
+        self.call_tool("echo", payload)
+    }
+
+    fn call_tool(&mut self, tool: &str, payload: &str) -> Duration {
         let id = self.take_id();
         let frame = format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{{"payload":"{payload}"}}}}}}"#
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"payload":"{payload}"}}}}}}"#
         );
         let start = Instant::now();
         self.send_line(&frame);
@@ -231,6 +235,65 @@ fn cold_start(argv: &[String], home: &Path) -> Duration {
     let took = start.elapsed();
     p.stop();
     took
+}
+
+/// Issue 5: `SERVERS` wrap processes of one client session (this process)
+/// call concurrently, half reading, half sending, each paired with a direct
+/// peer; every wrapped call goes through the session's shared check.
+/// Returns the added latency of each pair (µs).
+fn session_latency(gatehouse: &Path, peer_bin: &Path, home: &Path, pairs: usize) -> Vec<f64> {
+    const SERVERS: usize = 8;
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(SERVERS));
+    let threads: Vec<_> = (0..SERVERS)
+        .map(|i| {
+            let (tool, fill) = if i % 2 == 0 {
+                ("read_notes", "r")
+            } else {
+                ("send_message", "s")
+            };
+            let peer = vec![peer_bin.display().to_string(), tool.to_string()];
+            let mut wrapped = vec![
+                gatehouse.display().to_string(),
+                "wrap".into(),
+                "--server".into(),
+                format!("session-{i}"),
+                "--".into(),
+            ];
+            wrapped.extend(peer.iter().cloned());
+            let home = home.to_path_buf();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let mut direct = Peer::spawn(&peer, &home);
+                let mut wrap = Peer::spawn(&wrapped, &home);
+                direct.initialize();
+                wrap.initialize();
+                let payload = fill.repeat(1024);
+                barrier.wait();
+                for _ in 0..20 {
+                    direct.call_tool(tool, &payload);
+                    wrap.call_tool(tool, &payload);
+                }
+                let mut diffs = Vec::with_capacity(pairs);
+                for n in 0..pairs {
+                    let (d, w) = if n % 2 == 0 {
+                        let d = direct.call_tool(tool, &payload);
+                        (d, wrap.call_tool(tool, &payload))
+                    } else {
+                        let w = wrap.call_tool(tool, &payload);
+                        (direct.call_tool(tool, &payload), w)
+                    };
+                    diffs.push(us(w) - us(d));
+                }
+                direct.stop();
+                wrap.stop();
+                diffs
+            })
+        })
+        .collect();
+    threads
+        .into_iter()
+        .flat_map(|t| t.join().expect("session bench thread"))
+        .collect()
 }
 
 fn main() {
@@ -360,5 +423,18 @@ fn main() {
     println!(
         "| first run ever (creates the database) | | {:.2} ms | | |",
         us(first) / 1e3
+    );
+
+    let per_server = (pairs_1k / 8).max(100);
+    let session = sorted(session_latency(&gatehouse, &peer_bin, &home, per_server));
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!();
+    println!("| 8 wrap processes of one session, concurrent, 1 KB, read/send mix | pairs | added p50 µs (target ≤ 100) | added p99 µs | cores |");
+    println!("|---|---:|---:|---:|---:|");
+    println!(
+        "| each call checked in the shared store | {} | {:.1} | {:.1} | {cores} |",
+        session.len(),
+        percentile(&session, 0.5),
+        percentile(&session, 0.99)
     );
 }

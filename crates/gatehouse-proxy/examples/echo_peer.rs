@@ -1,6 +1,7 @@
 //! A tiny MCP server for the wrap benchmark (`benches/wrap.rs`): newline-
 //! delimited JSON-RPC on stdio; answers `initialize`, `tools/list` (one tool,
-//! `echo`), `tools/call` (returns `arguments.payload` as text content) and
+//! `echo` or the name given as its argument), `tools/call` (returns
+//! `arguments.payload` as text content) and
 //! `ping`; ignores notifications. No scanning, no allocation beyond
 //! serde_json, so the benchmark's direct run measures the pipe and the peer.
 
@@ -8,7 +9,7 @@ use std::io::{BufRead, BufWriter, Write};
 
 use serde_json::{json, Value};
 
-fn answer(msg: &Value) -> Option<Value> {
+fn answer(msg: &Value, tool: &str) -> Option<Value> {
     let id = msg.get("id")?.clone();
     let method = msg.get("method")?.as_str()?;
     let result = match method {
@@ -18,7 +19,7 @@ fn answer(msg: &Value) -> Option<Value> {
             "serverInfo": {"name": "echo-peer", "version": "1.0.0"}
         }),
         "tools/list" => json!({"tools": [{
-            "name": "echo",
+            "name": tool,
             "description": "Returns its payload argument.",
             "inputSchema": {"type": "object", "properties": {"payload": {"type": "string"}}}
         }]}),
@@ -36,6 +37,7 @@ fn answer(msg: &Value) -> Option<Value> {
 }
 
 fn main() -> std::io::Result<()> {
+    let tool = std::env::args().nth(1).unwrap_or_else(|| "echo".into());
     let stdin = std::io::stdin().lock();
     let mut out = BufWriter::new(std::io::stdout().lock());
     for line in stdin.lines() {
@@ -43,7 +45,7 @@ fn main() -> std::io::Result<()> {
         let Ok(msg) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
-        if let Some(reply) = answer(&msg) {
+        if let Some(reply) = answer(&msg, &tool) {
             serde_json::to_writer(&mut out, &reply)?;
             out.write_all(b"\n")?;
             out.flush()?;
