@@ -529,3 +529,38 @@ fn protect_seeds_the_command_allowlist_so_turning_it_on_breaks_nothing() {
         "a command protect never saw is refused: {error}"
     );
 }
+
+/// DESIGN §8: the database cannot be opened. By default calls are relayed
+/// (and say nothing can be recorded); with `fail_closed` they are blocked
+/// while lists still pass.
+#[test]
+fn unopenable_database_relays_by_default_and_blocks_calls_when_fail_closed() {
+    let peers = Peers::locate();
+    for fail_closed in [false, true] {
+        let sb = Sandbox::new();
+        let (doc, _) = home_with_ssh_key(&sb);
+        sb.write_policy(&format!("fail_closed = {fail_closed}\n"));
+        // A directory where the database file should be: opening fails.
+        std::fs::create_dir_all(sb.gatehouse_home().join("gatehouse.db")).unwrap();
+        let home = sb.user_home();
+        let argv = sb.wrap_argv("filesystem", &[], &peers.filesystem_server(&[&home]));
+        let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
+        let listed = names(&d.list_tools());
+        assert!(
+            listed.iter().any(|n| n == "read_text_file"),
+            "lists pass either way (fail_closed = {fail_closed}): {listed:?}"
+        );
+        let r = d.call("read_text_file", json!({"path": doc}));
+        if fail_closed {
+            assert_blocked(&r, "cross_server.unavailable", "fail_closed blocks calls");
+            assert!(
+                result_text(&r).contains("could not be checked"),
+                "the answer says why: {r}"
+            );
+        } else {
+            assert_eq!(r["isError"], false, "relayed by default: {r}");
+            assert!(result_text(&r).contains("buy milk"), "{r}");
+        }
+        d.quit();
+    }
+}

@@ -155,7 +155,7 @@ impl Cross {
         outputs: Vec<Output>,
         relay: &Relay<I>,
     ) -> Vec<Output> {
-        if self.store.is_none() {
+        if self.store.is_none() && !self.fail_closed {
             return outputs;
         }
         self.publish_tools(relay);
@@ -239,6 +239,12 @@ impl Cross {
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
+        if self.store.is_none() {
+            let err = "the database could not be opened".to_string();
+            let audit_only = relay.settings().audit_only;
+            self.unavailable(&rid, &tool, audit_only, err, bytes, out);
+            return;
+        }
         let overrides: Vec<ToolClass> = self
             .policy
             .cross_server

@@ -90,8 +90,14 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let store = match Store::open(&home_dir, store_options).await {
         Ok(store) => Some(store),
         Err(err) => {
-            // DESIGN §8: relay anyway, say so.
-            eprintln!("gatehouse: database unavailable ({err}); relaying without records");
+            // DESIGN §8: relay anyway (calls blocked with fail_closed), say so.
+            let fail_closed = from_file.as_ref().is_ok_and(|l| l.policy.fail_closed());
+            let what = if fail_closed {
+                "lists pass, calls are blocked (fail_closed)"
+            } else {
+                "relaying without records"
+            };
+            eprintln!("gatehouse: database unavailable ({err}); {what}");
             None
         }
     };
