@@ -3,7 +3,6 @@
 //!
 //! stdout gets exactly one line, `Dashboard: <sign-in URL>`; everything else
 //! goes to stderr.
-#![allow(clippy::print_stdout)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -59,7 +58,7 @@ fn wait_for_running(
 }
 
 fn announce(url: &str, open: bool) {
-    println!("Dashboard: {url}");
+    outln!("Dashboard: {url}");
     if open {
         open_browser(url);
     }
