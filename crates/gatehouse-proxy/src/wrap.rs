@@ -209,8 +209,18 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         Some(s) => load_pins(s, &mac_key, &pin_server_id).await,
         None => PinTable::default(),
     };
+    // A replaced database (no pins while protect backups exist) trusts
+    // nothing; one that protect itself recorded this server in is not
+    // replaced, so the server's first session may pin at first sight.
+    let protected_here = registered
+        .as_ref()
+        .is_some_and(|s| s.origin == gatehouse_store::ServerOrigin::Protect);
     let fresh_while_protected = match &store {
-        Some(s) => !s.has_ever_pinned().await.unwrap_or(true) && protected_configs_exist(&home_dir),
+        Some(s) => {
+            !protected_here
+                && !s.has_ever_pinned().await.unwrap_or(true)
+                && protected_configs_exist(&home_dir)
+        }
         None => false,
     };
     let trust_first = server_settings.pin_at_first_sight

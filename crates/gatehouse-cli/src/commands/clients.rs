@@ -223,6 +223,9 @@ fn run_files(
     let gatehouse_home = std::path::absolute(&gatehouse_home).unwrap_or(gatehouse_home);
     gatehouse_store::home::ensure_private_dir(&gatehouse_home)
         .with_context(|| format!("creating {}", gatehouse_home.display()))?;
+    if let Err(e) = gatehouse_vault::session_bus::remember(&gatehouse_home) {
+        eprintln!("gatehouse: could not remember the session bus address: {e}");
+    }
     let exe = std::env::current_exe().context("locating the gatehouse binary")?;
     let exe = std::fs::canonicalize(&exe).unwrap_or(exe);
     let vault = KeyringVault::new();

@@ -102,6 +102,9 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
     };
+    if let Err(e) = gatehouse_vault::session_bus::remember(&home) {
+        eprintln!("gatehouse: could not remember the session bus address: {e}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
