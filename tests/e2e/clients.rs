@@ -729,3 +729,90 @@ fn clients_output_into_a_closed_pipe_exits_quietly() {
         );
     }
 }
+
+/// An editor's save: a temp file renamed over the config.
+fn save_by_rename(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp-save");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[test]
+fn the_control_plane_reports_an_added_server_within_two_seconds_and_never_fights_the_client() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let (py, script) = (python(&peers), secret_server());
+    let path = sb.user_home().join(".cursor/mcp.json");
+    let entry =
+        |name: &str| format!("\"{name}\": {{\"command\": \"{py}\", \"args\": [\"{script}\"]}}");
+    let original = format!("{{\"mcpServers\": {{{}}}}}\n", entry("a"));
+    write(&path, &original);
+    let gh = sb.gatehouse_home().display().to_string();
+    gatehouse(&sb, &["protect", "cursor", "--home", &gh]);
+    let protected = std::fs::read_to_string(&path).unwrap();
+    let id = {
+        let v: Value = serde_json::from_str(&protected).unwrap();
+        let args = str_list(&v["mcpServers"]["a"]["args"]);
+        args[args.iter().position(|a| a == "--server").unwrap() + 1].clone()
+    };
+
+    let mut up = gatehouse_e2e::Reaped(
+        Command::new(gatehouse_bin())
+            .args(["up", "--home", &gh])
+            .envs(sb.envs())
+            .env_remove("XDG_CONFIG_HOME")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // The sign-in line comes after the watcher started.
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(up.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("Dashboard:"), "gatehouse up said {line:?}");
+
+    // The person (or a client) adds a server.
+    let added = protected.replacen(
+        "\"mcpServers\": {",
+        &format!("\"mcpServers\": {{{}, ", entry("b")),
+        1,
+    );
+    let t0 = std::time::Instant::now();
+    save_by_rename(&path, &added);
+    let event = sb.wait_for_event("unprotected_server_added", |e| {
+        e["type"] == "unprotected_server_added" && e["evidence"]["entry"] == "b"
+    });
+    let took = t0.elapsed();
+    eprintln!("unprotected_server_added reported after {took:?}");
+    assert!(took < Duration::from_secs(2), "reported after {took:?}");
+    assert_eq!(event["evidence"]["client"], "cursor");
+
+    // The client writes its own, unwrapped, version back, several times.
+    for _ in 0..3 {
+        save_by_rename(&path, &original);
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    sb.wait_for_event("protection_removed", |e| {
+        e["type"] == "protection_removed" && e["server"] == id.as_str()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        original,
+        "Gatehouse never rewrote the file behind the client"
+    );
+    let reports: i64 = sb
+        .events()
+        .iter()
+        .filter(|e| e["type"] == "protection_removed")
+        .map(|e| e["count"].as_i64().unwrap_or(1))
+        .sum();
+    assert!(
+        (1..=3).contains(&reports),
+        "one report per client write at most, no loop: {reports}"
+    );
+}

@@ -116,6 +116,14 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
         config.vault = probe_vault().await;
         let mut handle = gatehouse_server::serve(config).await?;
         lock.publish(&handle.control_info())?;
+        // The config watcher runs only here, in the one control plane.
+        let _watcher = match gatehouse_server::config_watch::start(&home, store.clone(), &[]) {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("gatehouse: config watcher not started: {e}");
+                None
+            }
+        };
         eprintln!(
             "gatehouse: control plane for {} listening on {}",
             home.display(),
