@@ -274,6 +274,12 @@ pub struct DriverOptions<'a> {
     /// Write the client's stderr, which is also the server command's
     /// (wrap's) stderr, to this file instead of the test's stderr.
     pub stderr: Option<&'a Path>,
+    /// Start from an empty environment (only `env`), the way clients that
+    /// pass their servers an allowlist do; the sandbox variables are then
+    /// not added either.
+    pub clear_env: bool,
+    /// Working directory of the client (and so of the server command).
+    pub cwd: Option<&'a Path>,
 }
 
 impl Driver {
@@ -289,7 +295,7 @@ impl Driver {
         let opts = DriverOptions {
             tee,
             env: extra_env,
-            stderr: None,
+            ..DriverOptions::default()
         };
         match Driver::try_start(peers, sandbox, argv, opts) {
             Ok(driver) => driver,
@@ -315,9 +321,16 @@ impl Driver {
             Some(path) => Stdio::from(std::fs::File::create(path).expect("create the stderr file")),
             None => Stdio::inherit(),
         };
+        if opts.clear_env {
+            cmd.env_clear();
+        } else {
+            cmd.envs(sandbox.envs());
+        }
+        if let Some(cwd) = opts.cwd {
+            cmd.current_dir(cwd);
+        }
         cmd.arg("--")
             .args(argv)
-            .envs(sandbox.envs())
             .envs(opts.env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

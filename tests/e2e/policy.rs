@@ -507,8 +507,7 @@ fn protect_seeds_the_command_allowlist_so_turning_it_on_breaks_nothing() {
             .iter()
             .map(|a| a.as_str().unwrap().to_string()),
     );
-    // (Its tools wait for approval: a fresh database while configs are
-    // protected trusts nothing at first sight. Starting is what counts here.)
+    // (Starting is what counts here.)
     let d = match Driver::try_start(&peers, &sb, &argv, DriverOptions::default()) {
         Ok(d) => d,
         Err(e) => panic!("turning the seeded allowlist on refused a protected server: {e}"),

@@ -74,6 +74,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // A reader that went away (`| head`) is not an error to report.
+        Err(err) if commands::is_broken_pipe(&err) => ExitCode::from(commands::BROKEN_PIPE_EXIT),
         Err(err) => {
             eprintln!("gatehouse: error: {err:#}");
             ExitCode::from(2)

@@ -502,10 +502,30 @@ impl Protector<'_> {
         let mut state = self.state().load()?;
         let key = file_key(&file.path);
         let doc = parse(file, &current)?;
-        let wrapped: Vec<EntryView> = entries(file, &doc)
+        // Only entries Gatehouse wrapped in this very file are unwrapped: a
+        // wrap entry someone else wrote (a cloned repository claiming a
+        // protected server's id) must never get that server's secrets
+        // spliced into it.
+        let path = file.path.to_string_lossy();
+        let (wrapped, foreign): (Vec<EntryView>, Vec<EntryView>) = entries(file, &doc)
             .into_iter()
             .filter(|e| e.wrapped.is_some())
-            .collect();
+            .partition(|e| {
+                e.wrapped.as_ref().is_some_and(|w| {
+                    state
+                        .servers
+                        .iter()
+                        .any(|s| s.id == w.server_id && s.config_path == path)
+                })
+            });
+        for e in &foreign {
+            report.skipped.push((
+                e.name.clone(),
+                "a wrap entry Gatehouse did not write in this file; left as it is \
+                 (no secrets are put into it)"
+                    .into(),
+            ));
+        }
         if wrapped.is_empty() {
             return Ok(report);
         }

@@ -165,6 +165,11 @@ impl ConfigWatcher {
         let wanted = targets.clone();
         let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
             if let Ok(event) = res {
+                // Reads (ours included: reviewing a file opens it) are not
+                // changes; reacting to them would review forever.
+                if matches!(event.kind, notify::EventKind::Access(_)) {
+                    return;
+                }
                 for p in event.paths {
                     if wanted.contains(&p) {
                         let _ = tx.send(p);

@@ -13,6 +13,7 @@
 pub mod adapters;
 pub mod child;
 pub mod cross;
+pub mod egress;
 pub mod lines;
 mod outbox;
 mod presence;

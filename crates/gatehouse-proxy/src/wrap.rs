@@ -170,9 +170,12 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         );
     }
     let mut args: Vec<String> = opts.argv[1..].to_vec();
+    let guard_key = crate::egress::guard_key(&home::install_key(&home_dir)?);
+    let mut own_fingerprints = Vec::new();
     if !mismatch {
-        inject_secrets(
+        own_fingerprints = inject_secrets(
             &opts,
+            &guard_key,
             &server_settings,
             registered
                 .as_ref()
@@ -192,6 +195,16 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             .reason("secrets are not injected into a server whose launch command changed"),
         );
     }
+    // Secret egress guard (issue 6): publish ours, guard the others'.
+    let egress = crate::egress::Egress::start(
+        store.clone(),
+        guard_key,
+        &opts.server_id,
+        &pin_server_id,
+        own_fingerprints,
+        policy.is_audit_only(),
+    )
+    .await;
 
     let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.into());
     let exe = child::resolve_program(&program, path_var.as_ref(), &cwd)
@@ -202,8 +215,18 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         Some(s) => load_pins(s, &mac_key, &pin_server_id).await,
         None => PinTable::default(),
     };
+    // A replaced database (no pins while protect backups exist) trusts
+    // nothing; one that protect itself recorded this server in is not
+    // replaced, so the server's first session may pin at first sight.
+    let protected_here = registered
+        .as_ref()
+        .is_some_and(|s| s.origin == gatehouse_store::ServerOrigin::Protect);
     let fresh_while_protected = match &store {
-        Some(s) => !s.has_ever_pinned().await.unwrap_or(true) && protected_configs_exist(&home_dir),
+        Some(s) => {
+            !protected_here
+                && !s.has_ever_pinned().await.unwrap_or(true)
+                && protected_configs_exist(&home_dir)
+        }
         None => false,
     };
     let trust_first = server_settings.pin_at_first_sight
@@ -407,6 +430,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 break Some(128 + sig);
             }
         };
+        let outputs = egress.filter(outputs);
         let outputs = cross.filter(outputs, &relay).await;
         ctx.dispatch(outputs, &mut client_out, &mut server_out);
         if !client_open
@@ -1009,14 +1033,17 @@ fn shorten(text: &str, max: usize) -> String {
 
 /// Secrets for this server: `{{vault:NAME}}` in args, `vault:` references in
 /// the policy's per-server env. Failures are reported by name, never value.
+/// Returns the keyed fingerprints of the secrets it fetched (egress guard).
 fn inject_secrets(
     opts: &WrapOptions,
+    key: &gatehouse_vault::GuardKey,
     server: &gatehouse_config::ServerSettings,
     registered: bool,
     env: &mut Vec<(String, String)>,
     args: &mut Vec<String>,
     recorder: &Recorder,
-) {
+) -> Vec<gatehouse_vault::SecretFingerprint> {
+    let mut fingerprints = Vec::new();
     let wants_vault = args.iter().any(|a| a.contains("{{vault:"))
         || server
             .env
@@ -1028,12 +1055,12 @@ fn inject_secrets(
         }
     }
     let Some(vault) = opts.vault.as_deref() else {
-        return;
+        return fingerprints;
     };
     // Servers that protect never registered have no stored secrets: the
     // keyring is not touched for them (it costs a D-Bus round trip).
     if !wants_vault && !registered {
-        return;
+        return fingerprints;
     }
     let report = |reason: String| {
         recorder.event(
@@ -1054,7 +1081,15 @@ fn inject_secrets(
                     continue;
                 }
                 match vault.get(&opts.server_id, &name) {
-                    Ok(Some(secret)) => env.push((name, secret.expose().clone())),
+                    Ok(Some(secret)) => {
+                        fingerprints.extend(gatehouse_vault::SecretFingerprint::compute(
+                            key,
+                            &opts.server_id,
+                            &name,
+                            &secret,
+                        ));
+                        env.push((name, secret.expose().clone()));
+                    }
                     Ok(None) => {}
                     Err(err) => report(format!("secret {name} unavailable: {err}")),
                 }
@@ -1068,6 +1103,12 @@ fn inject_secrets(
         if let gatehouse_config::EnvValue::Vault(secret_name) = value {
             match vault.get(&opts.server_id, secret_name) {
                 Ok(Some(secret)) => {
+                    fingerprints.extend(gatehouse_vault::SecretFingerprint::compute(
+                        key,
+                        &opts.server_id,
+                        secret_name,
+                        &secret,
+                    ));
                     env.retain(|(k, _)| k != name);
                     env.push((name.clone(), secret.expose().clone()));
                 }
@@ -1095,6 +1136,7 @@ fn inject_secrets(
             Err(err) => report(format!("argument placeholders not expanded: {err}")),
         }
     }
+    fingerprints
 }
 
 /// Backups exist only after `gatehouse protect` rewrote a config.

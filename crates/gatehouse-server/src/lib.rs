@@ -15,6 +15,7 @@
 pub mod api;
 pub mod assets;
 pub mod auth;
+pub mod config_watch;
 pub mod control;
 pub mod error;
 pub mod guard;

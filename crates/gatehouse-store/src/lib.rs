@@ -13,7 +13,7 @@
 //! every row read back is parsed as untrusted input (a bad row is an error or
 //! a failed MAC, never a panic and never trust).
 //!
-//! # Schema (migration `0001_initial.sql`; all tables `STRICT`)
+//! # Schema (migrations `0001`–`0003`; all tables `STRICT`)
 //! | table | key | what it holds |
 //! |---|---|---|
 //! | `meta` | `key` | key/value: last good policy, install id, … |
@@ -26,6 +26,8 @@
 //! | `ui_sessions` | `id` | token hash (unique), label, created, last seen, revoked |
 //! | `call_window` | rowid | session, server, tool, category, time, outcome, opaque detail and result blobs; indexed (session, time) |
 //! | `rate_buckets` | (`session`, `server_id`) | tokens, updated, cool-down end |
+//! | `session_tools` (0002) | (`session`, `name`, `server_id`) | tool names each server of a session exposes |
+//! | `secret_fingerprints` (0003) | (`server_id`, `name`) | keyed fingerprints of vault secrets for the egress guard, never values |
 //!
 //! # Concurrency
 //! Writers that read-then-write use `BEGIN IMMEDIATE`, so the check and the
@@ -39,6 +41,7 @@ mod consent;
 mod db;
 mod error;
 mod events;
+mod fingerprints;
 pub mod home;
 mod mac;
 mod maintenance;
@@ -66,6 +69,7 @@ pub use error::{Result, StoreError};
 pub use events::{
     event_types, Action, Event, EventFilter, NewEvent, PruneReport, RetentionPolicy, Severity,
 };
+pub use fingerprints::StoredFingerprint;
 pub use mac::MacKey;
 pub use maintenance::{MaintenancePolicy, MaintenanceReport};
 pub use members::{LocalCall, SessionMember};

@@ -41,8 +41,8 @@ fn window8(bytes: &[u8], at: usize) -> [u8; 8] {
     w
 }
 
-/// The key for fingerprints. Held by the control plane in the keyring and
-/// handed to wrap processes; `Debug` is redacted.
+/// The key for fingerprints. `gatehouse wrap` derives it from the
+/// per-install key (`gatehouse_proxy::egress::guard_key`); `Debug` is redacted.
 #[derive(Clone, PartialEq, Eq)]
 pub struct GuardKey([u8; 32]);
 

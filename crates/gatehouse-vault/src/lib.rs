@@ -2,7 +2,8 @@
 //! printed or serialized, the [`Vault`] trait with the OS keyring
 //! ([`KeyringVault`]) and an in-memory ([`MemoryVault`]) implementation,
 //! secret detection in client configs ([`detect`]), `{{vault:NAME}}`
-//! placeholders ([`placeholder`]) and the secret egress guard ([`guard`]).
+//! placeholders ([`placeholder`]), the secret egress guard ([`guard`]) and,
+//! on Linux, finding the session bus for a minimal environment ([`session_bus`]).
 //!
 //! Secrets are keyed by the opaque server id Gatehouse assigns on protect,
 //! never by a display name.
@@ -17,6 +18,7 @@ mod keyring_vault;
 mod memory;
 pub mod placeholder;
 mod secret;
+pub mod session_bus;
 
 use std::time::Duration;
 

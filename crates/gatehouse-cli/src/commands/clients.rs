@@ -1,7 +1,6 @@
 //! `gatehouse clients`, `protect`, `unprotect`: thin shells over
 //! `gatehouse_clients`, with the OS keyring as vault and the store as the
 //! identity registry.
-#![allow(clippy::print_stdout)]
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -72,21 +71,21 @@ pub fn run_clients(args: ClientsArgs) -> anyhow::Result<ExitCode> {
     let dirs = HomeDirs::from_env();
     let found = detect(&dirs, &args.projects);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&found)?);
+        outln!("{}", serde_json::to_string_pretty(&found)?);
         return Ok(ExitCode::SUCCESS);
     }
     if found.is_empty() {
-        println!("No AI client MCP configs found.");
+        outln!("No AI client MCP configs found.");
     }
     for c in &found {
-        println!("{} ({})", c.name, c.key);
+        outln!("{} ({})", c.name, c.key);
         for b in &c.blockers {
-            println!("  ! {b}");
+            outln!("  ! {b}");
         }
         for f in &c.files {
-            println!("  {}", f.path.display());
+            outln!("  {}", f.path.display());
             if let Some(e) = &f.error {
-                println!("    ! {e}");
+                outln!("    ! {e}");
             }
             for s in &f.servers {
                 let state = match (&s.protected, &s.blocker) {
@@ -104,9 +103,11 @@ pub fn run_clients(args: ClientsArgs) -> anyhow::Result<ExitCode> {
                 } else {
                     ""
                 };
-                println!(
+                outln!(
                     "    {:<20} {:<9} {:<10} {state}{secrets}{env_file}",
-                    s.name, s.transport, s.scope
+                    s.name,
+                    s.transport,
+                    s.scope
                 );
             }
         }
@@ -187,11 +188,11 @@ fn stamp() -> String {
 
 fn print_report(r: &FileReport, verb: &str) {
     if !r.changed && r.entries.is_empty() && r.skipped.is_empty() {
-        println!("  {}: nothing to do", r.path.display());
+        outln!("  {}: nothing to do", r.path.display());
         return;
     }
     let what = if r.changed { verb } else { "unchanged" };
-    println!(
+    outln!(
         "  {}: {what}{}",
         r.path.display(),
         if r.entries.is_empty() {
@@ -201,13 +202,13 @@ fn print_report(r: &FileReport, verb: &str) {
         }
     );
     for (name, why) in &r.skipped {
-        println!("    skipped {name}: {why}");
+        outln!("    skipped {name}: {why}");
     }
     if let Some(diff) = &r.diff {
-        print!("{diff}");
+        out!("{diff}");
     }
     for n in &r.notes {
-        println!("    note: {n}");
+        outln!("    note: {n}");
     }
 }
 
@@ -222,6 +223,9 @@ fn run_files(
     let gatehouse_home = std::path::absolute(&gatehouse_home).unwrap_or(gatehouse_home);
     gatehouse_store::home::ensure_private_dir(&gatehouse_home)
         .with_context(|| format!("creating {}", gatehouse_home.display()))?;
+    if let Err(e) = gatehouse_vault::session_bus::remember(&gatehouse_home) {
+        eprintln!("gatehouse: could not remember the session bus address: {e}");
+    }
     let exe = std::env::current_exe().context("locating the gatehouse binary")?;
     let exe = std::fs::canonicalize(&exe).unwrap_or(exe);
     let vault = KeyringVault::new();
@@ -244,7 +248,7 @@ fn run_files(
         if files.is_empty() {
             continue;
         }
-        println!("{} ({})", client.name, client.key);
+        outln!("{} ({})", client.name, client.key);
         for f in &files {
             let result = if unprotect {
                 protector.unprotect_file(f, opts)
@@ -264,7 +268,7 @@ fn run_files(
                 ),
                 Err(e) => {
                     failed = true;
-                    println!("  {}: error: {e}", f.path.display());
+                    outln!("  {}: error: {e}", f.path.display());
                 }
             }
         }
@@ -320,7 +324,7 @@ fn seed_allowed_commands(home: &Path) {
     match result {
         Ok(seed) => {
             if seed.text.is_some() {
-                println!(
+                outln!(
                     "policy: {} lists the commands of protected servers in a commented \
                      server_policy.allowed_commands ({}); uncomment it to allow only these",
                     path.display(),
@@ -328,7 +332,7 @@ fn seed_allowed_commands(home: &Path) {
                 );
             }
             for c in &seed.refused {
-                println!(
+                outln!(
                     "policy: note: server_policy.allowed_commands does not allow `{c}`; \
                      wrap refuses the servers it launches until you add it"
                 );

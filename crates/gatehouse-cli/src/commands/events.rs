@@ -1,5 +1,4 @@
 //! `gatehouse events` and `gatehouse calls`: recorded decisions.
-#![allow(clippy::print_stdout)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -132,7 +131,7 @@ fn print_events(events: &[Event], as_json: bool) {
                 .as_deref()
                 .and_then(|t| serde_json::from_str(t).ok())
                 .unwrap_or(serde_json::Value::Null);
-            println!(
+            outln!(
                 "{}",
                 json!({
                     "v": JSON_VERSION,
@@ -155,12 +154,17 @@ fn print_events(events: &[Event], as_json: bool) {
         return;
     }
     if events.is_empty() {
-        println!("No events recorded yet.");
+        outln!("No events recorded yet.");
         return;
     }
-    println!(
+    outln!(
         "{:<21} {:<28} {:<8} {:<8} {:<16} {:<16} REASON",
-        "TIME", "TYPE", "ACTION", "SEVERITY", "SERVER", "TOOL"
+        "TIME",
+        "TYPE",
+        "ACTION",
+        "SEVERITY",
+        "SERVER",
+        "TOOL"
     );
     for e in events {
         let count = if e.count > 1 {
@@ -168,7 +172,7 @@ fn print_events(events: &[Event], as_json: bool) {
         } else {
             String::new()
         };
-        println!(
+        outln!(
             "{:<21} {:<28} {:<8} {:<8} {:<16} {:<16} {}{}",
             format_time(e.time_ms),
             e.event_type,

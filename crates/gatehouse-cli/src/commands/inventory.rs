@@ -1,5 +1,4 @@
 //! `gatehouse servers` and `gatehouse tools`.
-#![allow(clippy::print_stdout)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,7 +33,7 @@ pub fn run_servers(args: ServersArgs) -> anyhow::Result<ExitCode> {
         runtime()?.block_on(async { anyhow::Ok(open(&home).await?.list_servers().await?) })?;
     if args.json {
         for s in &servers {
-            println!(
+            outln!(
                 "{}",
                 json!({
                     "v": JSON_VERSION, "id": s.id, "name": s.display_name, "client": s.client,
@@ -45,14 +44,17 @@ pub fn run_servers(args: ServersArgs) -> anyhow::Result<ExitCode> {
             );
         }
     } else if servers.is_empty() {
-        println!("No servers seen yet. Protect a client with `gatehouse protect`.");
+        outln!("No servers seen yet. Protect a client with `gatehouse protect`.");
     } else {
-        println!(
+        outln!(
             "{:<24} {:<20} {:<14} {:<21} COMMAND HASH",
-            "ID", "NAME", "CLIENT", "LAST SEEN"
+            "ID",
+            "NAME",
+            "CLIENT",
+            "LAST SEEN"
         );
         for s in &servers {
-            println!(
+            outln!(
                 "{:<24} {:<20} {:<14} {:<21} {}",
                 s.id,
                 printable(s.display_name.as_deref().unwrap_or("-")),
@@ -76,7 +78,7 @@ pub fn run_tools(args: ToolsArgs) -> anyhow::Result<ExitCode> {
         .collect();
     if args.json {
         for p in &pins {
-            println!(
+            outln!(
                 "{}",
                 json!({
                     "v": JSON_VERSION, "server": p.server_id, "tool": p.tool, "state": p.state.as_str(),
@@ -85,9 +87,9 @@ pub fn run_tools(args: ToolsArgs) -> anyhow::Result<ExitCode> {
             );
         }
     } else if pins.is_empty() {
-        println!("No tools seen yet.");
+        outln!("No tools seen yet.");
     } else {
-        println!("{:<24} {:<28} {:<12} HASH", "SERVER", "TOOL", "STATE");
+        outln!("{:<24} {:<28} {:<12} HASH", "SERVER", "TOOL", "STATE");
         for p in &pins {
             let hash = p
                 .pending_hash
@@ -99,7 +101,7 @@ pub fn run_tools(args: ToolsArgs) -> anyhow::Result<ExitCode> {
             } else {
                 "bad-mac"
             };
-            println!(
+            outln!(
                 "{:<24} {:<28} {:<12} {}",
                 p.server_id,
                 printable(&p.tool),

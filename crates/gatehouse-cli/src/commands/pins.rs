@@ -1,5 +1,4 @@
 //! `gatehouse pins list | trust | diff | reset`.
-#![allow(clippy::print_stdout)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,7 +67,7 @@ pub fn run(cmd: PinsCommand) -> anyhow::Result<ExitCode> {
                 anyhow::Ok(open(&home).await?.reset_pin(&server, &tool).await?)
             })?;
             if removed {
-                println!("Reset {tool} on {server}: its next definition is pinned at first sight of a trusting session or held.");
+                outln!("Reset {tool} on {server}: its next definition is pinned at first sight of a trusting session or held.");
                 Ok(ExitCode::SUCCESS)
             } else {
                 anyhow::bail!("no pin for tool {tool:?} on server {server:?}")
@@ -99,7 +98,7 @@ fn trust(
             .approve_tool(&key, server, tool, &hash, gatehouse_store::now_ms())
             .await
             .with_context(|| format!("approving {hash} for {tool:?} (only a hash Gatehouse has seen can be approved)"))?;
-        println!("Approved {tool} on {server} at {hash}. Running sessions are told to re-list.");
+        outln!("Approved {tool} on {server} at {hash}. Running sessions are told to re-list.");
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -128,16 +127,16 @@ fn diff(server: &str, tool: &str, home: Option<PathBuf>) -> anyhow::Result<ExitC
                 .unwrap_or_default()
         };
         let (a, b) = (pretty(&old), pretty(&new));
-        println!(
+        outln!(
             "--- approved {}",
             pin.approved_hash.as_deref().unwrap_or("(none)")
         );
-        println!(
+        outln!(
             "+++ waiting  {}",
             pin.pending_hash.as_deref().unwrap_or("(none)")
         );
         for line in line_diff(&a, &b) {
-            println!("{}", super::events::printable(&line));
+            outln!("{}", super::events::printable(&line));
         }
         Ok(ExitCode::SUCCESS)
     })

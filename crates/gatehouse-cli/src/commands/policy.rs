@@ -1,5 +1,4 @@
 //! `gatehouse policy check|show|init`: validate, print and create `policy.toml`.
-#![allow(clippy::print_stdout)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,7 +41,7 @@ pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
                 Ok(loaded) => {
                     print_warnings(&loaded);
                     let names: Vec<&str> = loaded.sources.iter().map(|s| s.name.as_str()).collect();
-                    println!("policy ok: {}", names.join(" + "));
+                    outln!("policy ok: {}", names.join(" + "));
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => Ok(report(&e)),
@@ -54,9 +53,9 @@ pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
                 Ok(loaded) => {
                     print_warnings(&loaded);
                     for s in &loaded.sources {
-                        println!("# source: {}", s.name);
+                        outln!("# source: {}", s.name);
                     }
-                    print!("{}", loaded.policy.to_toml());
+                    out!("{}", loaded.policy.to_toml());
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => Ok(report(&e)),
@@ -67,9 +66,9 @@ pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
             gatehouse_store::home::ensure_private_dir(&home)?;
             let path = home.join(gatehouse_config::POLICY_FILE);
             if gatehouse_config::write_default_if_missing(&home)? {
-                println!("wrote {}", path.display());
+                outln!("wrote {}", path.display());
             } else {
-                println!("{} exists; left unchanged", path.display());
+                outln!("{} exists; left unchanged", path.display());
             }
             Ok(ExitCode::SUCCESS)
         }

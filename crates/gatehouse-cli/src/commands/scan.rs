@@ -1,7 +1,6 @@
 //! `gatehouse scan`: run the scanner offline over tool definitions or tool
 //! results, or live against a server started over stdio. One verdict per
 //! item; exit 0 clean, 1 high/critical findings, 2 errors (a CI gate).
-#![allow(clippy::print_stdout)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;

@@ -3,7 +3,6 @@
 //!
 //! stdout gets exactly one line, `Dashboard: <sign-in URL>`; everything else
 //! goes to stderr.
-#![allow(clippy::print_stdout)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -59,7 +58,7 @@ fn wait_for_running(
 }
 
 fn announce(url: &str, open: bool) {
-    println!("Dashboard: {url}");
+    outln!("Dashboard: {url}");
     if open {
         open_browser(url);
     }
@@ -103,6 +102,9 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
     };
+    if let Err(e) = gatehouse_vault::session_bus::remember(&home) {
+        eprintln!("gatehouse: could not remember the session bus address: {e}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -114,6 +116,14 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
         config.vault = probe_vault().await;
         let mut handle = gatehouse_server::serve(config).await?;
         lock.publish(&handle.control_info())?;
+        // The config watcher runs only here, in the one control plane.
+        let _watcher = match gatehouse_server::config_watch::start(&home, store.clone(), &[]) {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("gatehouse: config watcher not started: {e}");
+                None
+            }
+        };
         eprintln!(
             "gatehouse: control plane for {} listening on {}",
             home.display(),

@@ -1,7 +1,6 @@
 //! `gatehouse vault set|list|rm`: server secrets in the OS keyring. Values
 //! come from stdin or a hidden prompt, never from argv (argv is visible to
 //! every local process).
-#![allow(clippy::print_stdout)]
 
 use std::io::{BufRead, IsTerminal, Read, Write};
 use std::process::ExitCode;
@@ -79,7 +78,7 @@ pub fn run(cmd: VaultCommand) -> anyhow::Result<ExitCode> {
                 bail!("empty value; nothing stored");
             }
             vault.set(&server, &name, Secret::new(value))?;
-            println!("stored {name} for {server}");
+            outln!("stored {name} for {server}");
         }
         VaultCommand::List { server, home } => {
             let servers = match server {
@@ -92,7 +91,7 @@ pub fn run(cmd: VaultCommand) -> anyhow::Result<ExitCode> {
             };
             for s in servers {
                 for name in vault.list(&s)? {
-                    println!("{s}\t{name}");
+                    outln!("{s}\t{name}");
                 }
             }
         }
@@ -100,7 +99,7 @@ pub fn run(cmd: VaultCommand) -> anyhow::Result<ExitCode> {
             if !vault.delete(&server, &name)? {
                 bail!("no secret {name} for {server}");
             }
-            println!("removed {name} from {server}");
+            outln!("removed {name} from {server}");
         }
     }
     Ok(ExitCode::SUCCESS)

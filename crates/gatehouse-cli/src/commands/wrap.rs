@@ -24,6 +24,17 @@ pub struct WrapArgs {
 }
 
 pub fn run(args: WrapArgs) -> anyhow::Result<ExitCode> {
+    // Clients with a minimal environment (Claude Desktop) pass no session
+    // bus address; the keyring needs one (docs/vault.md).
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let home = gatehouse_store::home::resolve(args.home.as_deref());
+        let uid = std::fs::metadata("/proc/self").ok().map(|m| m.uid());
+        if let Some(address) = gatehouse_vault::session_bus::locate(&home, uid) {
+            std::env::set_var("DBUS_SESSION_BUS_ADDRESS", address);
+        }
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

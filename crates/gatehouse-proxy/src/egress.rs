@@ -1,0 +1,395 @@
+//! Secret egress guard in the relay (`secret_egress`, DESIGN §3 call
+//! checks): a `tools/call` whose arguments carry another server's vault
+//! secret is blocked before it reaches the server.
+//!
+//! No wrap process holds another server's plain text. Each wrap publishes
+//! keyed fingerprints of its own secrets (`gatehouse_vault::guard`) to the
+//! store when it starts with them, and keeps a [`SecretGuard`] over every
+//! other server's published fingerprints, reloaded in the background when
+//! the table changes. The call path itself never waits on the database.
+//! The key is derived from the per-install key; same-user code that reads
+//! that key and the database could test guesses against a fingerprint
+//! (DESIGN §6: a speed bump), which is why secrets under 8 bytes are not
+//! fingerprinted at all.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gatehouse_engine::cross_server::{blocked_answer, CrossFinding};
+use gatehouse_engine::{Action, EngineEvent, Output, Severity};
+use gatehouse_protocol::RequestId;
+use gatehouse_store::Store;
+use gatehouse_vault::guard::Encoding;
+use gatehouse_vault::{GuardKey, SecretFingerprint, SecretGuard};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+use tracing::warn;
+
+/// The rule name on events and blocked answers.
+pub const RULE: &str = "secret_egress";
+
+/// How often the published fingerprints are checked for changes.
+const RELOAD_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The fingerprint key: derived from the per-install key, never stored.
+pub fn guard_key(install_key: &[u8]) -> GuardKey {
+    let bytes: [u8; 32] = Sha256::new()
+        .chain_update(b"gatehouse.egress.v1")
+        .chain_update(install_key)
+        .finalize()
+        .into();
+    GuardKey::from_bytes(bytes)
+}
+
+/// The egress hook of one wrap process.
+pub struct Egress {
+    guard: watch::Receiver<Arc<SecretGuard>>,
+    /// The caller as the guard sees it: the server id, or its separate
+    /// namespace after an identity mismatch (so an impostor of server A is
+    /// not allowed A's secrets).
+    caller: String,
+    audit_only: bool,
+}
+
+impl Egress {
+    /// Publishes `own` (this server's fingerprints; only when its identity
+    /// check passed and it got secrets) and starts following the others'.
+    pub async fn start(
+        store: Option<Store>,
+        key: GuardKey,
+        server_id: &str,
+        caller: &str,
+        own: Vec<SecretFingerprint>,
+        audit_only: bool,
+    ) -> Egress {
+        let (tx, rx) = watch::channel(Arc::new(SecretGuard::new(key.clone(), Vec::new())));
+        if let Some(store) = store {
+            if !own.is_empty() {
+                let encoded: Vec<(String, String)> =
+                    own.iter().map(|f| (f.name.clone(), f.encode())).collect();
+                let items: Vec<(&str, &str)> = encoded
+                    .iter()
+                    .map(|(n, f)| (n.as_str(), f.as_str()))
+                    .collect();
+                if let Err(err) = store
+                    .replace_fingerprints(server_id, &items, now_ms())
+                    .await
+                {
+                    eprintln!("gatehouse: could not publish secret fingerprints: {err}");
+                }
+            }
+            let caller = caller.to_owned();
+            let first = load(&store, &key, &caller).await;
+            if let Some((generation, guard)) = first {
+                let _ = tx.send(Arc::new(guard));
+                tokio::spawn(follow(store, key, caller, generation, tx));
+            }
+        }
+        Egress {
+            guard: rx,
+            caller: caller.to_owned(),
+            audit_only,
+        }
+    }
+
+    /// Number of other servers' secrets guarded right now.
+    pub fn guarded(&self) -> usize {
+        self.guard.borrow().len()
+    }
+
+    /// Checks the `tools/call`s among the relay's outputs bound for the
+    /// server; a call carrying another server's secret is answered with a
+    /// blocked result instead (or only recorded, in audit mode).
+    pub fn filter(&self, outputs: Vec<Output>) -> Vec<Output> {
+        let guard = self.guard.borrow().clone();
+        if guard.is_empty() {
+            return outputs;
+        }
+        let mut out = Vec::with_capacity(outputs.len());
+        for output in outputs {
+            match output {
+                Output::ToServer(bytes) if mentions(&bytes, b"tools/call") => {
+                    match self.check(&guard, &bytes) {
+                        Some((event, answer)) => {
+                            out.push(Output::Event(event));
+                            match answer {
+                                Some(answer) => out.push(Output::ToClient(answer)),
+                                None => out.push(Output::ToServer(bytes)),
+                            }
+                        }
+                        None => out.push(Output::ToServer(bytes)),
+                    }
+                }
+                other => out.push(other),
+            }
+        }
+        out
+    }
+
+    /// `Some((event, blocked answer))` when the call carries a secret; the
+    /// answer is `None` in audit mode (the call is forwarded).
+    fn check(&self, guard: &SecretGuard, bytes: &[u8]) -> Option<(EngineEvent, Option<Vec<u8>>)> {
+        let msg: Value = serde_json::from_slice(bytes).ok()?;
+        if msg.get("method").and_then(Value::as_str) != Some("tools/call") {
+            return None;
+        }
+        let rid = msg.get("id").and_then(RequestId::from_value)?;
+        let params = msg.get("params")?;
+        let tool = params.get("name").and_then(Value::as_str).unwrap_or("");
+        let mut strings = Vec::new();
+        if let Some(args) = params.get("arguments") {
+            collect_strings(args, &mut strings);
+        }
+        let hit = guard.check(&self.caller, strings.iter().copied())?;
+        let reason = format!(
+            "an argument of {tool} carries the vault secret {} of another server ({}){}",
+            hit.name,
+            hit.owner,
+            match hit.encoding {
+                Encoding::Plain => "",
+                Encoding::Percent => " (percent-encoded)",
+                Encoding::Base64 => " (base64-encoded)",
+                Encoding::Hex => " (hex-encoded)",
+            }
+        );
+        let action = if self.audit_only {
+            Action::Audit
+        } else {
+            Action::Block
+        };
+        let event = EngineEvent::new("secret_egress", Severity::Critical, action, RULE)
+            .tool(tool)
+            .reason(if self.audit_only {
+                format!("audit-only: would block: {reason}")
+            } else {
+                reason.clone()
+            })
+            .evidence(serde_json::json!({
+                "owner": hit.owner,
+                "secret": hit.name,
+                "argument": hit.arg_index,
+                "encoding": format!("{:?}", hit.encoding).to_lowercase(),
+            }));
+        let answer = (!self.audit_only).then(|| {
+            let finding = CrossFinding {
+                rule: RULE,
+                severity: Severity::Critical,
+                reason,
+                related: Vec::new(),
+                retry_after_ms: None,
+                hold: false,
+            };
+            blocked_answer(&rid, &self.caller, tool, &finding)
+        });
+        Some((event, answer))
+    }
+}
+
+/// Every string in `value` (object keys included), depth first.
+fn collect_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+    match value {
+        Value::String(s) => out.push(s),
+        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
+        Value::Object(map) => {
+            for (k, v) in map {
+                out.push(k);
+                collect_strings(v, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The other servers' fingerprints as a guard, with the table's generation.
+async fn load(store: &Store, key: &GuardKey, caller: &str) -> Option<((i64, i64), SecretGuard)> {
+    let generation = store.fingerprints_generation().await.ok()?;
+    let rows = match store.list_fingerprints().await {
+        Ok(rows) => rows,
+        Err(err) => {
+            warn!(%err, "could not read secret fingerprints");
+            return None;
+        }
+    };
+    let fps = rows
+        .iter()
+        .filter(|r| r.server_id != caller)
+        .filter_map(|r| SecretFingerprint::decode(&r.server_id, &r.name, &r.fingerprint))
+        .collect();
+    Some((generation, SecretGuard::new(key.clone(), fps)))
+}
+
+/// Reloads the guard whenever the published fingerprints change.
+async fn follow(
+    store: Store,
+    key: GuardKey,
+    caller: String,
+    mut generation: (i64, i64),
+    tx: watch::Sender<Arc<SecretGuard>>,
+) {
+    loop {
+        tokio::time::sleep(RELOAD_INTERVAL).await;
+        if tx.is_closed() {
+            return;
+        }
+        match store.fingerprints_generation().await {
+            Ok(g) if g == generation => continue,
+            Ok(_) => {}
+            Err(_) => continue,
+        }
+        if let Some((g, guard)) = load(&store, &key, &caller).await {
+            generation = g;
+            let _ = tx.send(Arc::new(guard));
+        }
+    }
+}
+
+fn mentions(bytes: &[u8], needle: &[u8]) -> bool {
+    bytes.windows(needle.len()).any(|w| w == needle)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gatehouse_vault::Secret;
+
+    const CANARY: &str = "ghp_EgressCanary0123456789abcdefABCD";
+
+    fn call(id: u64, tool: &str, args: Value) -> Output {
+        Output::ToServer(
+            serde_json::to_vec(&serde_json::json!({
+                "jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": tool, "arguments": args}
+            }))
+            .unwrap(),
+        )
+    }
+
+    async fn two_wraps(audit_only: bool) -> (Store, Egress, Egress) {
+        let store = Store::open_in_memory().await.unwrap();
+        let key = guard_key(&[3; 32]);
+        let secret = Secret::new(CANARY.to_owned());
+        let own = SecretFingerprint::compute(&key, "srv_gh", "GITHUB_TOKEN", &secret)
+            .into_iter()
+            .collect();
+        let gh = Egress::start(
+            Some(store.clone()),
+            key.clone(),
+            "srv_gh",
+            "srv_gh",
+            own,
+            audit_only,
+        )
+        .await;
+        let slack = Egress::start(
+            Some(store.clone()),
+            key,
+            "srv_slack",
+            "srv_slack",
+            Vec::new(),
+            audit_only,
+        )
+        .await;
+        (store, gh, slack)
+    }
+
+    fn blocked(outputs: &[Output]) -> Option<String> {
+        outputs.iter().find_map(|o| match o {
+            Output::ToClient(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        })
+    }
+
+    #[tokio::test]
+    async fn another_servers_secret_is_blocked_in_any_argument() {
+        let (_store, gh, slack) = two_wraps(false).await;
+        assert_eq!(slack.guarded(), 1, "slack guards github's one secret");
+        assert_eq!(gh.guarded(), 0, "a server never guards its own secrets");
+        for args in [
+            serde_json::json!({"text": format!("token is {CANARY}")}),
+            serde_json::json!({"blocks": [{"fields": {"t": CANARY}}]}),
+            serde_json::json!({"url": format!("https://x.example/?q={}", hex::encode(CANARY))}),
+        ] {
+            let out = slack.filter(vec![call(7, "post", args.clone())]);
+            let answer = blocked(&out).unwrap_or_else(|| panic!("not blocked: {args}"));
+            assert!(answer.contains("secret_egress") && answer.contains("\"isError\":true"));
+            assert!(!answer.contains(CANARY), "the answer names, never shows");
+            let event = out.iter().find_map(|o| match o {
+                Output::Event(e) => Some(e),
+                _ => None,
+            });
+            let event = event.expect("an event");
+            assert_eq!(event.rule, RULE);
+            assert!(!format!("{event:?}").contains("EgressCanary"));
+            assert!(!out.iter().any(|o| matches!(o, Output::ToServer(_))));
+        }
+        // The owner may send its own secret; innocuous calls pass.
+        let own = gh.filter(vec![call(
+            8,
+            "create_issue",
+            serde_json::json!({"t": CANARY}),
+        )]);
+        assert!(matches!(own.as_slice(), [Output::ToServer(_)]));
+        let fine = slack.filter(vec![call(9, "post", serde_json::json!({"text": "hello"}))]);
+        assert!(matches!(fine.as_slice(), [Output::ToServer(_)]));
+    }
+
+    #[tokio::test]
+    async fn audit_mode_records_and_forwards() {
+        let (_store, _gh, slack) = two_wraps(true).await;
+        let out = slack.filter(vec![call(1, "post", serde_json::json!({"text": CANARY}))]);
+        assert!(
+            matches!(out.as_slice(), [Output::Event(e), Output::ToServer(_)] if e.action == Action::Audit)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_server_started_later_is_guarded_without_a_restart() {
+        let store = Store::open_in_memory().await.unwrap();
+        let key = guard_key(&[3; 32]);
+        let slack = Egress::start(
+            Some(store.clone()),
+            key.clone(),
+            "srv_slack",
+            "srv_slack",
+            Vec::new(),
+            false,
+        )
+        .await;
+        assert_eq!(slack.guarded(), 0);
+        let secret = Secret::new(CANARY.to_owned());
+        let own = SecretFingerprint::compute(&key, "srv_gh", "T", &secret)
+            .into_iter()
+            .collect();
+        let _gh = Egress::start(Some(store.clone()), key, "srv_gh", "srv_gh", own, false).await;
+        for _ in 0..20 {
+            tokio::time::sleep(RELOAD_INTERVAL).await;
+            if slack.guarded() == 1 {
+                break;
+            }
+        }
+        assert_eq!(slack.guarded(), 1, "the new fingerprint is followed");
+    }
+
+    #[test]
+    fn impostor_of_the_owner_is_not_the_owner() {
+        let key = guard_key(&[1; 32]);
+        let secret = Secret::new(CANARY.to_owned());
+        let fp = SecretFingerprint::compute(&key, "srv_gh", "T", &secret).unwrap();
+        let guard = SecretGuard::new(key, vec![fp]);
+        let impostor = Egress {
+            guard: watch::channel(Arc::new(guard)).1,
+            caller: "srv_gh~abcdef".into(),
+            audit_only: false,
+        };
+        let out = impostor.filter(vec![call(1, "x", serde_json::json!({"a": CANARY}))]);
+        assert!(blocked(&out).is_some());
+    }
+}

@@ -1,0 +1,139 @@
+//! `secret_fingerprints`: keyed fingerprints of each protected server's vault
+//! secrets, published by that server's wrap process and read by every other
+//! one for the secret egress guard. The store treats them as opaque text;
+//! it never sees a secret and never computes or checks a fingerprint.
+
+use crate::db::Store;
+use crate::error::{Result, StoreError};
+
+/// One published fingerprint (`fingerprint` is opaque to the store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredFingerprint {
+    pub server_id: String,
+    pub name: String,
+    pub fingerprint: String,
+}
+
+/// Rows are parsed as untrusted input: bounded sizes only.
+const MAX_FIELD: usize = 512;
+
+impl Store {
+    /// Replaces `server_id`'s fingerprints with `items` (name, fingerprint)
+    /// in one transaction; an empty `items` removes them.
+    pub async fn replace_fingerprints(
+        &self,
+        server_id: &str,
+        items: &[(&str, &str)],
+        now_ms: i64,
+    ) -> Result<()> {
+        let _gate = self.write_gate().await;
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query("DELETE FROM secret_fingerprints WHERE server_id = ?")
+            .bind(server_id)
+            .execute(&mut *tx)
+            .await?;
+        for (name, fingerprint) in items {
+            sqlx::query(
+                "INSERT OR REPLACE INTO secret_fingerprints \
+                 (server_id, name, fingerprint, updated_ms) VALUES (?, ?, ?, ?)",
+            )
+            .bind(server_id)
+            .bind(name)
+            .bind(fingerprint)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A value that changes whenever any server's fingerprints change
+    /// (row count and newest update), so readers reload only then.
+    pub async fn fingerprints_generation(&self) -> Result<(i64, i64)> {
+        let row: (i64, i64) = sqlx::query_as(
+            "SELECT count(*), coalesce(max(updated_ms), 0) FROM secret_fingerprints",
+        )
+        .fetch_one(self.pool())
+        .await?;
+        Ok(row)
+    }
+
+    /// Every published fingerprint, ordered by server and name.
+    pub async fn list_fingerprints(&self) -> Result<Vec<StoredFingerprint>> {
+        let rows: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT server_id, name, fingerprint FROM secret_fingerprints \
+             ORDER BY server_id, name",
+        )
+        .fetch_all(self.pool())
+        .await?;
+        rows.into_iter()
+            .map(|(server_id, name, fingerprint)| {
+                if [&server_id, &name, &fingerprint]
+                    .iter()
+                    .any(|f| f.len() > MAX_FIELD)
+                {
+                    return Err(StoreError::CorruptRow {
+                        table: "secret_fingerprints",
+                        reason: "field too long".into(),
+                    });
+                }
+                Ok(StoredFingerprint {
+                    server_id,
+                    name,
+                    fingerprint,
+                })
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_support::mem;
+
+    #[tokio::test]
+    async fn publish_replace_and_read_back() {
+        let store = mem().await;
+        assert_eq!(store.fingerprints_generation().await.unwrap(), (0, 0));
+        store
+            .replace_fingerprints("srv_a", &[("TOKEN", "v1:a"), ("KEY", "v1:b")], 10)
+            .await
+            .unwrap();
+        store
+            .replace_fingerprints("srv_b", &[("PW", "v1:c")], 11)
+            .await
+            .unwrap();
+        let gen = store.fingerprints_generation().await.unwrap();
+        assert_eq!(gen, (3, 11));
+        let all = store.list_fingerprints().await.unwrap();
+        let names: Vec<_> = all
+            .iter()
+            .map(|f| {
+                (
+                    f.server_id.as_str(),
+                    f.name.as_str(),
+                    f.fingerprint.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("srv_a", "KEY", "v1:b"),
+                ("srv_a", "TOKEN", "v1:a"),
+                ("srv_b", "PW", "v1:c")
+            ]
+        );
+        // A restart with a rotated secret replaces the server's rows only.
+        store
+            .replace_fingerprints("srv_a", &[("TOKEN", "v1:z")], 12)
+            .await
+            .unwrap();
+        assert_eq!(store.fingerprints_generation().await.unwrap(), (2, 12));
+        store.replace_fingerprints("srv_b", &[], 13).await.unwrap();
+        let all = store.list_fingerprints().await.unwrap();
+        assert_eq!(all.len(), 1, "empty items remove the server's rows");
+        assert_eq!(all[0].fingerprint, "v1:z");
+    }
+}

@@ -1,0 +1,818 @@
+//! End-to-end: `gatehouse protect` rewrites a fixture home's client configs,
+//! each rewritten entry is launched the way its client launches it and
+//! driven by a real MCP client (PyPI `mcp`), its secrets arrive from a real
+//! Secret Service, no secret is on any disk, and `gatehouse unprotect`
+//! restores every file byte for byte. Also: a project config that claims a
+//! protected server's id gets no secrets; one server's secret sent to
+//! another server is blocked (`secret_egress`); `gatehouse clients | head`
+//! exits quietly.
+//!
+//! The keyring tests need `KEYRING_IT=1` inside `dbus-run-session` with an
+//! unlocked gnome-keyring (`scripts/test.sh` does that); without it they
+//! say so and return.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use base64::Engine;
+use gatehouse_e2e::{
+    gatehouse_bin, result_text, tests_dir, wait_until, Driver, DriverOptions, Peers, Sandbox,
+};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+const CODEX_TOKEN: &str = "ghp_CodexCanary0123456789abcdefABCDEFGH";
+const DESKTOP_ENV: &str = "xoxb-DesktopEnvCanary-0123456789-abcdefghij";
+const DESKTOP_ARG: &str = "sk-DesktopArgCanary0123456789abcdefXYZ";
+const VSCODE_KEY: &str = "sk-VscodeCanary0123456789abcdefGHIJKL";
+const GITHUB_TOKEN: &str = "ghp_CursorCanary0123456789abcdefQRSTUVW";
+/// What the person types at VS Code's `${input:pplx}` prompt: never in a file.
+const VSCODE_INPUT: &str = "typed-at-the-prompt-0123456789";
+
+const CANARIES: &[&str] = &[
+    CODEX_TOKEN,
+    DESKTOP_ENV,
+    DESKTOP_ARG,
+    VSCODE_KEY,
+    GITHUB_TOKEN,
+];
+
+fn keyring_available(test: &str) -> bool {
+    let on = std::env::var("KEYRING_IT").as_deref() == Ok("1");
+    if !on {
+        eprintln!(
+            "{test}: SKIPPED: needs a real Secret Service; run scripts/test.sh, or set \
+             KEYRING_IT=1 inside dbus-run-session with gnome-keyring unlocked (docs/vault.md)"
+        );
+    }
+    on
+}
+
+fn sha(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+fn python(peers: &Peers) -> String {
+    peers.python().display().to_string()
+}
+
+fn secret_server() -> String {
+    tests_dir()
+        .join("servers/secret_server.py")
+        .display()
+        .to_string()
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// Every file under `dir` whose bytes contain one of `needles`.
+fn files_containing(dir: &Path, needles: &[&str]) -> Vec<(PathBuf, String)> {
+    let mut hits = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        let ft = e.file_type().unwrap();
+        if ft.is_dir() {
+            hits.extend(files_containing(&p, needles));
+        } else if ft.is_file() {
+            let bytes = std::fs::read(&p).unwrap_or_default();
+            for n in needles {
+                if bytes.windows(n.len()).any(|w| w == n.as_bytes()) {
+                    hits.push((p.clone(), n.to_string()));
+                }
+            }
+        }
+    }
+    hits
+}
+
+/// `gatehouse ARGS` as the person runs it from their shell (HOME = the
+/// fixture home, no XDG/CODEX overrides).
+fn gatehouse(sb: &Sandbox, args: &[&str]) -> std::process::Output {
+    let out = Command::new(gatehouse_bin())
+        .args(args)
+        .envs(sb.envs())
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("CODEX_HOME")
+        .output()
+        .expect("run gatehouse");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "gatehouse {args:?} failed ({:?}):\n{text}",
+        out.status
+    );
+    for c in CANARIES {
+        assert!(!text.contains(c), "gatehouse {args:?} printed a secret");
+    }
+    out
+}
+
+/// Drops `//` comments and trailing commas: enough JSONC for the fixtures.
+fn jsonc(text: &str) -> Value {
+    let mut out = String::new();
+    let mut chars = text.chars().peekable();
+    let mut in_str = false;
+    while let Some(c) = chars.next() {
+        if in_str {
+            out.push(c);
+            if c == '\\' {
+                out.extend(chars.next());
+            } else if c == '"' {
+                in_str = false;
+            }
+        } else if c == '"' {
+            in_str = true;
+            out.push(c);
+        } else if c == '/' && chars.peek() == Some(&'/') {
+            for c in chars.by_ref() {
+                if c == '\n' {
+                    out.push('\n');
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    let mut clean = String::new();
+    let bytes: Vec<char> = out.chars().collect();
+    for (i, &c) in bytes.iter().enumerate() {
+        if c == ',' {
+            let next = bytes[i + 1..].iter().find(|c| !c.is_whitespace());
+            if matches!(next, Some('}') | Some(']')) {
+                continue;
+            }
+        }
+        clean.push(c);
+    }
+    serde_json::from_str(&clean).unwrap_or_else(|e| panic!("fixture JSONC: {e}\n{clean}"))
+}
+
+/// A launch as a client does it: command, args, environment, cwd.
+struct Launch {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    clear_env: bool,
+    cwd: PathBuf,
+}
+
+fn str_list(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| a.iter().map(|x| x.as_str().unwrap().to_owned()).collect())
+        .unwrap_or_default()
+}
+
+fn inherited(names: &[&str]) -> Vec<(String, String)> {
+    names
+        .iter()
+        .filter_map(|n| std::env::var(n).ok().map(|v| (n.to_string(), v)))
+        .collect()
+}
+
+fn drive(peers: &Peers, sb: &Sandbox, launch: &Launch, log: &Path) -> Driver {
+    let env: Vec<(&str, &str)> = launch
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let opts = DriverOptions {
+        env: &env,
+        stderr: Some(log),
+        clear_env: launch.clear_env,
+        cwd: Some(&launch.cwd),
+        ..DriverOptions::default()
+    };
+    match Driver::try_start(peers, sb, &launch.argv, opts) {
+        Ok(d) => d,
+        Err(e) => panic!(
+            "initialize refused: {e}\nwrap stderr:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        ),
+    }
+}
+
+fn call_json(d: &mut Driver, tool: &str, args: Value) -> Value {
+    let r = d.call(tool, args);
+    assert_ne!(r["isError"], true, "{tool} failed: {r}");
+    serde_json::from_str(&result_text(&r)).unwrap_or_else(|e| panic!("{tool}: {e}: {r}"))
+}
+
+fn env_digest(d: &mut Driver, name: &str) -> Option<String> {
+    let v = call_json(d, "env_digest", json!({ "name": name }));
+    v["sha256"].as_str().map(str::to_owned)
+}
+
+fn assert_no_vault_trouble(sb: &Sandbox) {
+    let trouble: Vec<Value> = sb
+        .events()
+        .into_iter()
+        .filter(|e| e["type"] == "vault_unavailable")
+        .collect();
+    assert!(
+        trouble.is_empty(),
+        "the keyring must answer every wrap: {trouble:#?}"
+    );
+}
+
+#[test]
+fn protected_entries_run_as_their_clients_launch_them_and_unprotect_restores_bytes() {
+    if !keyring_available("protect e2e") {
+        return;
+    }
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let home = sb.user_home();
+    let (py, script) = (python(&peers), secret_server());
+    let codex = home.join(".codex/config.toml");
+    let desktop = home.join(".config/Claude/claude_desktop_config.json");
+    let vscode = home.join(".config/Code/User/mcp.json");
+    write(
+        &codex,
+        &format!(
+            "# Codex settings\nmodel = \"o3\"\n\n[mcp_servers.secrets]\ncommand = \"{py}\"\n\
+             args = [\"{script}\"]\nenv = {{ GITHUB_TOKEN = \"{CODEX_TOKEN}\" }}\n"
+        ),
+    );
+    write(
+        &desktop,
+        &format!(
+            "{{\n  \"mcpServers\": {{\n    \"secrets\": {{\n      \"command\": \"{py}\",\n      \
+             \"args\": [\"{script}\", \"--api-key\", \"{DESKTOP_ARG}\"],\n      \
+             \"env\": {{\"SLACK_BOT_TOKEN\": \"{DESKTOP_ENV}\"}}\n    }}\n  }},\n  \
+             \"preferences\": {{\"quickEntryShortcut\": \"off\"}}\n}}\n"
+        ),
+    );
+    write(
+        &vscode,
+        &format!(
+            "{{\n  // VS Code prompts for inputs and keeps them out of this file\n  \
+             \"inputs\": [{{\"type\": \"promptString\", \"id\": \"pplx\", \"description\": \"Key\", \"password\": true}}],\n  \
+             \"servers\": {{\n    \"secrets\": {{\n      \"type\": \"stdio\",\n      \"command\": \"{py}\",\n      \
+             \"args\": [\"{script}\"],\n      \"env\": {{\n        \"PERPLEXITY_API_KEY\": \"${{input:pplx}}\",\n        \
+             \"OPENAI_API_KEY\": \"{VSCODE_KEY}\", // moved to the keyring\n      }},\n    }},\n  }},\n}}\n"
+        ),
+    );
+    let originals: Vec<(PathBuf, Vec<u8>)> = [&codex, &desktop, &vscode]
+        .iter()
+        .map(|p| (p.to_path_buf(), std::fs::read(p).unwrap()))
+        .collect();
+    let gh = sb.gatehouse_home().display().to_string();
+
+    gatehouse(
+        &sb,
+        &[
+            "protect",
+            "codex",
+            "claude-desktop",
+            "vscode",
+            "--home",
+            &gh,
+        ],
+    );
+    let leaks = files_containing(sb.path(), CANARIES);
+    assert!(
+        leaks.is_empty(),
+        "after protect, secrets on disk: {leaks:?}"
+    );
+    let logs = sb.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+
+    // Codex: only its whitelist, `env_vars` and the entry's `env` reach the
+    // server command; cwd is wherever codex runs.
+    let t: toml::Table = std::fs::read_to_string(&codex).unwrap().parse().unwrap();
+    let entry = &t["mcp_servers"]["secrets"];
+    let mut env = inherited(&[
+        "LOGNAME", "PATH", "SHELL", "USER", "LANG", "LC_ALL", "TERM", "TMPDIR", "TZ",
+    ]);
+    env.push(("HOME".into(), home.display().to_string()));
+    for name in entry["env_vars"].as_array().expect("protect adds env_vars") {
+        env.extend(inherited(&[name.as_str().unwrap()]));
+    }
+    for (k, v) in entry["env"].as_table().unwrap() {
+        env.push((k.clone(), v.as_str().unwrap().to_owned()));
+    }
+    let mut argv = vec![entry["command"].as_str().unwrap().to_owned()];
+    argv.extend(
+        entry["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned()),
+    );
+    let project = sb.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let launch = Launch {
+        argv,
+        env,
+        clear_env: true,
+        cwd: project.clone(),
+    };
+    let mut d = drive(&peers, &sb, &launch, &logs.join("codex.log"));
+    assert_eq!(
+        env_digest(&mut d, "GITHUB_TOKEN").as_deref(),
+        Some(sha(CODEX_TOKEN).as_str()),
+        "Codex: the token arrives from the keyring"
+    );
+    d.quit();
+
+    // Claude Desktop: the MCP SDK's default environment plus `env`, cwd =
+    // home; no session bus address is passed.
+    let v: Value = serde_json::from_slice(&std::fs::read(&desktop).unwrap()).unwrap();
+    let entry = &v["mcpServers"]["secrets"];
+    let mut env = inherited(&["LOGNAME", "PATH", "SHELL", "TERM", "USER"]);
+    env.push(("HOME".into(), home.display().to_string()));
+    for (k, v) in entry["env"].as_object().unwrap() {
+        env.push((k.clone(), v.as_str().unwrap().to_owned()));
+    }
+    let mut argv = vec![entry["command"].as_str().unwrap().to_owned()];
+    argv.extend(str_list(&entry["args"]));
+    let launch = Launch {
+        argv,
+        env,
+        clear_env: true,
+        cwd: home.clone(),
+    };
+    let mut d = drive(&peers, &sb, &launch, &logs.join("desktop.log"));
+    assert_eq!(
+        env_digest(&mut d, "SLACK_BOT_TOKEN").as_deref(),
+        Some(sha(DESKTOP_ENV).as_str()),
+        "Claude Desktop: the env secret arrives"
+    );
+    let args = call_json(&mut d, "arg_digests", json!({}));
+    assert_eq!(
+        args,
+        json!([sha("--api-key"), sha(DESKTOP_ARG)]),
+        "Claude Desktop: the {{{{vault:}}}} argument is expanded for the server"
+    );
+    let at = call_json(&mut d, "where", json!({}));
+    assert_eq!(at["cwd"], home.display().to_string(), "cwd = home");
+    d.quit();
+
+    // VS Code: resolves `${input:pplx}` from its prompt, passes its own
+    // environment plus `env`; cwd = the workspace folder.
+    let v = jsonc(&std::fs::read_to_string(&vscode).unwrap());
+    let entry = &v["servers"]["secrets"];
+    let mut env: Vec<(String, String)> = sb.envs();
+    for (k, val) in entry["env"].as_object().unwrap() {
+        let val = val.as_str().unwrap().replace("${input:pplx}", VSCODE_INPUT);
+        env.push((k.clone(), val));
+    }
+    let mut argv = vec![entry["command"].as_str().unwrap().to_owned()];
+    argv.extend(str_list(&entry["args"]));
+    let launch = Launch {
+        argv,
+        env,
+        clear_env: false,
+        cwd: project.clone(),
+    };
+    let mut d = drive(&peers, &sb, &launch, &logs.join("vscode.log"));
+    assert_eq!(
+        env_digest(&mut d, "OPENAI_API_KEY").as_deref(),
+        Some(sha(VSCODE_KEY).as_str()),
+        "VS Code: the moved key arrives from the keyring"
+    );
+    assert_eq!(
+        env_digest(&mut d, "PERPLEXITY_API_KEY").as_deref(),
+        Some(sha(VSCODE_INPUT).as_str()),
+        "VS Code: the ${{input:}} value still reaches the server"
+    );
+    d.quit();
+
+    assert_no_vault_trouble(&sb);
+    let events =
+        String::from_utf8_lossy(&gatehouse(&sb, &["events", "--json"]).stdout).into_owned();
+    let leaks = files_containing(sb.path(), CANARIES);
+    assert!(
+        leaks.is_empty(),
+        "after three sessions, secrets on disk (configs, database, backups, logs): {leaks:?}"
+    );
+    assert!(!CANARIES.iter().any(|c| events.contains(c)));
+
+    gatehouse(
+        &sb,
+        &[
+            "unprotect",
+            "codex",
+            "claude-desktop",
+            "vscode",
+            "--home",
+            &gh,
+        ],
+    );
+    for (path, original) in &originals {
+        assert_eq!(
+            &std::fs::read(path).unwrap(),
+            original,
+            "{} is restored byte for byte",
+            path.display()
+        );
+    }
+}
+
+/// A Cursor home with two protected servers: `github` (a secret in its
+/// env) and `slack` (none). Returns their opaque ids.
+fn protected_cursor(peers: &Peers, sb: &Sandbox) -> (String, String) {
+    let (py, script) = (python(peers), secret_server());
+    let path = sb.user_home().join(".cursor/mcp.json");
+    write(
+        &path,
+        &format!(
+            "{{\"mcpServers\": {{\n  \"github\": {{\"command\": \"{py}\", \"args\": [\"{script}\"], \
+             \"env\": {{\"GITHUB_TOKEN\": \"{GITHUB_TOKEN}\"}}}},\n  \
+             \"slack\": {{\"command\": \"{py}\", \"args\": [\"{script}\", \"--sink\"]}}\n}}}}\n"
+        ),
+    );
+    let gh = sb.gatehouse_home().display().to_string();
+    gatehouse(sb, &["protect", "cursor", "--home", &gh]);
+    let v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let id = |name: &str| {
+        let args = str_list(&v["mcpServers"][name]["args"]);
+        let at = args.iter().position(|a| a == "--server").unwrap();
+        args[at + 1].clone()
+    };
+    (id("github"), id("slack"))
+}
+
+/// Launches a Cursor entry of `file` as Cursor does (its environment plus
+/// `env`, cwd = `cwd`).
+fn cursor_launch(
+    peers: &Peers,
+    sb: &Sandbox,
+    file: &Path,
+    name: &str,
+    cwd: &Path,
+    log: &Path,
+) -> Driver {
+    let v: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+    let entry = &v["mcpServers"][name];
+    let mut env = sb.envs();
+    for (k, val) in entry["env"].as_object().into_iter().flatten() {
+        env.push((k.clone(), val.as_str().unwrap().to_owned()));
+    }
+    let mut argv = vec![entry["command"].as_str().unwrap().to_owned()];
+    argv.extend(str_list(&entry["args"]));
+    drive(
+        peers,
+        sb,
+        &Launch {
+            argv,
+            env,
+            clear_env: false,
+            cwd: cwd.to_path_buf(),
+        },
+        log,
+    )
+}
+
+#[test]
+fn a_project_config_posing_as_a_protected_server_gets_no_secrets() {
+    if !keyring_available("identity e2e") {
+        return;
+    }
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let (github, _slack) = protected_cursor(&peers, &sb);
+    let global = sb.user_home().join(".cursor/mcp.json");
+    let logs = sb.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+
+    // The genuine entry gets its secret (the control).
+    let mut d = cursor_launch(
+        &peers,
+        &sb,
+        &global,
+        "github",
+        sb.path(),
+        &logs.join("genuine.log"),
+    );
+    assert_eq!(
+        env_digest(&mut d, "GITHUB_TOKEN").as_deref(),
+        Some(sha(GITHUB_TOKEN).as_str())
+    );
+    d.quit();
+
+    // A cloned repository's config claims the id, with another command.
+    let (py, script) = (python(&peers), secret_server());
+    let gh = sb.gatehouse_home().display().to_string();
+    let repo = sb.path().join("cloned");
+    let project_file = repo.join(".cursor/mcp.json");
+    let bin = gatehouse_bin().display().to_string();
+    write(
+        &project_file,
+        &serde_json::to_string_pretty(&json!({"mcpServers": {
+            "github": {
+                "command": bin,
+                "args": ["wrap", "--server", github, "--home", gh, "--", py, script,
+                         "--token", "{{vault:GITHUB_TOKEN}}"],
+            },
+            "github-too": {"command": py, "args": [script]},
+        }}))
+        .unwrap(),
+    );
+    let mut d = cursor_launch(
+        &peers,
+        &sb,
+        &project_file,
+        "github",
+        &repo,
+        &logs.join("impostor.log"),
+    );
+    let held = d.call("env_digest", json!({"name": "GITHUB_TOKEN"}));
+    assert!(
+        held["isError"] == true && result_text(&held).contains("pin.held"),
+        "it trusts nothing at first sight either: {held}"
+    );
+    let mismatch = sb.wait_for_event("server_identity_mismatch", |e| {
+        e["type"] == "server_identity_mismatch" && e["server"] == github.as_str()
+    });
+    assert_eq!(mismatch["severity"], "high");
+    sb.wait_for_event("vault_secret_withheld", |e| {
+        e["type"] == "vault_secret_withheld" && e["server"] == github.as_str()
+    });
+    // Even with its tools approved by the person (in its own pin namespace,
+    // `ID~hash`), it has no secret.
+    let actual = mismatch["evidence"]["actual"].as_str().unwrap();
+    let namespace = format!("{github}~{}", &actual[7..19]);
+    for tool in ["env_digest", "arg_digests"] {
+        gatehouse(
+            &sb,
+            &["pins", "trust", "--server", &namespace, "--tool", tool],
+        );
+    }
+    let mut token = None;
+    wait_until(
+        "the approval reaches the session",
+        Duration::from_secs(10),
+        || {
+            let r = d.call("env_digest", json!({"name": "GITHUB_TOKEN"}));
+            token = (r["isError"] != true).then(|| result_text(&r));
+            token.is_some()
+        },
+    );
+    let token: Value = serde_json::from_str(&token.unwrap()).unwrap();
+    assert_eq!(
+        token["present"], false,
+        "a changed launch command gets no secrets"
+    );
+    let args = call_json(&mut d, "arg_digests", json!({}));
+    assert_eq!(
+        args[1],
+        json!(sha("{{vault:GITHUB_TOKEN}}")),
+        "placeholders are not expanded for it"
+    );
+    d.quit();
+
+    // Protecting the project gives its entries their own ids: a same-named
+    // entry never shares the global one's secrets; the impostor entry is
+    // already a wrap entry and is left alone.
+    let out = gatehouse(
+        &sb,
+        &[
+            "protect",
+            "cursor",
+            "--project",
+            &repo.display().to_string(),
+            "--yes",
+            "--home",
+            &gh,
+        ],
+    );
+    let v: Value = serde_json::from_slice(&std::fs::read(&project_file).unwrap()).unwrap();
+    let too = str_list(&v["mcpServers"]["github-too"]["args"]);
+    let too_id = &too[too.iter().position(|a| a == "--server").unwrap() + 1];
+    assert_ne!(too_id, &github, "{}", String::from_utf8_lossy(&out.stdout));
+    let mut d = cursor_launch(
+        &peers,
+        &sb,
+        &project_file,
+        "github-too",
+        &repo,
+        &logs.join("too.log"),
+    );
+    assert_eq!(env_digest(&mut d, "GITHUB_TOKEN"), None);
+    d.quit();
+    let leaks = files_containing(sb.path(), &[GITHUB_TOKEN]);
+    assert!(leaks.is_empty(), "secret on disk: {leaks:?}");
+    gatehouse(
+        &sb,
+        &[
+            "unprotect",
+            "cursor",
+            "--project",
+            &repo.display().to_string(),
+            "--home",
+            &gh,
+        ],
+    );
+}
+
+#[test]
+fn one_servers_secret_in_a_call_to_another_server_is_blocked() {
+    if !keyring_available("secret egress e2e") {
+        return;
+    }
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let (github, slack) = protected_cursor(&peers, &sb);
+    let file = sb.user_home().join(".cursor/mcp.json");
+    let logs = sb.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+
+    // Both wrap processes of one Cursor window.
+    let mut gh = cursor_launch(
+        &peers,
+        &sb,
+        &file,
+        "github",
+        sb.path(),
+        &logs.join("github.log"),
+    );
+    let mut sl = cursor_launch(
+        &peers,
+        &sb,
+        &file,
+        "slack",
+        sb.path(),
+        &logs.join("slack.log"),
+    );
+    assert_eq!(
+        env_digest(&mut gh, "GITHUB_TOKEN").as_deref(),
+        Some(sha(GITHUB_TOKEN).as_str())
+    );
+
+    let b64 = base64::engine::general_purpose::STANDARD.encode(format!("token={GITHUB_TOKEN}"));
+    for text in [format!("here is the token: {GITHUB_TOKEN}"), b64] {
+        let r = sl.call("post", json!({ "text": text }));
+        assert_eq!(r["isError"], true, "blocked: {r}");
+        let said = result_text(&r);
+        assert!(said.contains("secret_egress"), "names the rule: {said}");
+        assert!(!said.contains(GITHUB_TOKEN));
+    }
+    let fine = sl.call("post", json!({"text": "hello"}));
+    assert_eq!(result_text(&fine), "posted 5 characters");
+    let own = gh.call("env_digest", json!({ "name": GITHUB_TOKEN }));
+    assert_ne!(
+        own["isError"], true,
+        "a server may receive its own secret: {own}"
+    );
+
+    let event = sb.wait_for_event("secret_egress", |e| {
+        e["type"] == "secret_egress" && e["server"] == slack.as_str()
+    });
+    assert_eq!(event["severity"], "critical");
+    assert_eq!(event["action"], "block");
+    assert_eq!(event["evidence"]["owner"], github.as_str());
+    assert_eq!(event["evidence"]["secret"], "GITHUB_TOKEN");
+    gh.quit();
+    sl.quit();
+    let leaks = files_containing(sb.path(), &[GITHUB_TOKEN]);
+    assert!(
+        leaks.is_empty(),
+        "secret on disk (database, events, logs): {leaks:?}"
+    );
+    let gh_home = sb.gatehouse_home().display().to_string();
+    gatehouse(&sb, &["unprotect", "cursor", "--home", &gh_home]);
+}
+
+#[test]
+fn clients_output_into_a_closed_pipe_exits_quietly() {
+    let sb = Sandbox::new();
+    let servers: serde_json::Map<String, Value> = (0..4000)
+        .map(|i| {
+            (
+                format!("server{i}"),
+                json!({"command": "npx", "args": ["-y", "x"]}),
+            )
+        })
+        .collect();
+    write(
+        &sb.user_home().join(".cursor/mcp.json"),
+        &json!({ "mcpServers": servers }).to_string(),
+    );
+    for args in [&["clients"][..], &["clients", "--json"][..]] {
+        let mut child = Command::new(gatehouse_bin())
+            .args(args)
+            .envs(sb.envs())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // `| head -1`: read one line, then close the pipe.
+        let mut stdout = child.stdout.take().unwrap();
+        let mut first = [0u8; 1];
+        std::io::Read::read_exact(&mut stdout, &mut first).unwrap();
+        drop(stdout);
+        let mut status = None;
+        wait_until("gatehouse clients exits", Duration::from_secs(30), || {
+            status = child.try_wait().unwrap();
+            status.is_some()
+        });
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert!(
+            !err.contains("panicked"),
+            "gatehouse {args:?} panicked: {err}"
+        );
+        assert!(err.is_empty(), "nothing said on stderr: {err}");
+        assert_eq!(
+            status.unwrap().code(),
+            Some(141),
+            "128 + SIGPIPE, as `head` users expect"
+        );
+    }
+}
+
+/// An editor's save: a temp file renamed over the config.
+fn save_by_rename(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp-save");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[test]
+fn the_control_plane_reports_an_added_server_within_two_seconds_and_never_fights_the_client() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let (py, script) = (python(&peers), secret_server());
+    let path = sb.user_home().join(".cursor/mcp.json");
+    let entry =
+        |name: &str| format!("\"{name}\": {{\"command\": \"{py}\", \"args\": [\"{script}\"]}}");
+    let original = format!("{{\"mcpServers\": {{{}}}}}\n", entry("a"));
+    write(&path, &original);
+    let gh = sb.gatehouse_home().display().to_string();
+    gatehouse(&sb, &["protect", "cursor", "--home", &gh]);
+    let protected = std::fs::read_to_string(&path).unwrap();
+    let id = {
+        let v: Value = serde_json::from_str(&protected).unwrap();
+        let args = str_list(&v["mcpServers"]["a"]["args"]);
+        args[args.iter().position(|a| a == "--server").unwrap() + 1].clone()
+    };
+
+    let mut up = gatehouse_e2e::Reaped(
+        Command::new(gatehouse_bin())
+            .args(["up", "--home", &gh])
+            .envs(sb.envs())
+            .env_remove("XDG_CONFIG_HOME")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // The sign-in line comes after the watcher started.
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(up.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("Dashboard:"), "gatehouse up said {line:?}");
+
+    // The person (or a client) adds a server.
+    let added = protected.replacen(
+        "\"mcpServers\": {",
+        &format!("\"mcpServers\": {{{}, ", entry("b")),
+        1,
+    );
+    let t0 = std::time::Instant::now();
+    save_by_rename(&path, &added);
+    let event = sb.wait_for_event("unprotected_server_added", |e| {
+        e["type"] == "unprotected_server_added" && e["evidence"]["entry"] == "b"
+    });
+    let took = t0.elapsed();
+    eprintln!("unprotected_server_added reported after {took:?}");
+    assert!(took < Duration::from_secs(2), "reported after {took:?}");
+    assert_eq!(event["evidence"]["client"], "cursor");
+
+    // The client writes its own, unwrapped, version back, several times.
+    for _ in 0..3 {
+        save_by_rename(&path, &original);
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    sb.wait_for_event("protection_removed", |e| {
+        e["type"] == "protection_removed" && e["server"] == id.as_str()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        original,
+        "Gatehouse never rewrote the file behind the client"
+    );
+    let reports: i64 = sb
+        .events()
+        .iter()
+        .filter(|e| e["type"] == "protection_removed")
+        .map(|e| e["count"].as_i64().unwrap_or(1))
+        .sum();
+    assert!(
+        (1..=3).contains(&reports),
+        "one report per client write at most, no loop: {reports}"
+    );
+}
