@@ -13,10 +13,12 @@
 pub mod adapters;
 pub mod child;
 pub mod cross;
+mod inbox;
 pub mod lines;
 mod outbox;
 pub mod session;
 mod stdio;
 pub mod wrap;
 
+pub use inbox::DEFAULT_TIMEOUT as DEFAULT_INBOX_TIMEOUT;
 pub use wrap::{run_wrap, WrapError, WrapOptions};
