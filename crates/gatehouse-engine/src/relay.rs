@@ -310,7 +310,21 @@ impl<I: Inspector> Relay<I> {
                     .and_then(|p| p.pointer("/clientInfo/name"))
                     .and_then(Value::as_str)
                     .map(str::to_owned);
-                Pending::Initialize
+                self.pending.insert(id.clone(), Pending::Initialize);
+                if self.client_elicits {
+                    return Verdict::Forward;
+                }
+                // The inbox answers input requests the client cannot show,
+                // so the server may send them (SDKs check this capability).
+                let mut v = msg.value.clone();
+                if let Some(caps) = v
+                    .pointer_mut("/params/capabilities")
+                    .and_then(Value::as_object_mut)
+                {
+                    caps.insert("elicitation".into(), json!({}));
+                    return Verdict::Rewrite(v);
+                }
+                return Verdict::Forward;
             }
             "tools/list" => Pending::ToolsList {
                 first_page: msg.params().and_then(|p| p.get("cursor")).is_none(),

@@ -471,7 +471,12 @@ fn elicitation_goes_to_the_inbox_when_the_client_cannot_show_it() {
     };
     // No elicitation capability in initialize: the inbox, naming the client.
     let mut r = relay(Settings::default(), PinTable::default());
-    r.on_client_frame(init_with(json!({})), 0);
+    let out = r.on_client_frame(init_with(json!({"sampling": {}})), 0);
+    assert_eq!(
+        to_server(&out)[0]["params"]["capabilities"],
+        json!({"sampling": {}, "elicitation": {}}),
+        "the server learns that input requests will be answered (by the inbox)"
+    );
     let out = r.on_server_frame(ask(4, "city"), 0);
     assert!(to_client(&out).is_empty(), "the client never sees it");
     assert!(to_server(&out).is_empty(), "the host answers later");
