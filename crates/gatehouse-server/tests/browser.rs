@@ -5,7 +5,9 @@
 //! diff view, answering and declining input requests, the corpus's
 //! script-bearing frames rendered inertly, axe-core with no serious
 //! findings in both themes, and tab order reaching approve/decline.
-//! Screenshots land in `artifacts/screenshots/`.
+//! Screenshots land in `$GATEHOUSE_E2E_ARTIFACTS/seeded` (default
+//! `artifacts/screenshots/`). The same dashboard against the real binary and
+//! real wraps is `tests/e2e/dashboard.rs`.
 //!
 //! Needs `npm ci && npm run build` (so the real dashboard is embedded) and
 //! `/usr/bin/chromium`. Without them the test is skipped with a message,
@@ -120,7 +122,9 @@ async fn dashboard_in_headless_chromium() {
     let mut config = common::config_for(home.path(), store.clone());
     config.poll_interval = std::time::Duration::from_millis(100);
     let handle = gatehouse_server::serve(config).await.unwrap();
-    let shots = repo_root().join("artifacts/screenshots");
+    let shots = std::env::var_os("GATEHOUSE_E2E_ARTIFACTS")
+        .map(|d| PathBuf::from(d).join("seeded"))
+        .unwrap_or_else(|| repo_root().join("artifacts/screenshots"));
     std::fs::create_dir_all(&shots).unwrap();
 
     let mut child = Command::new("node")
