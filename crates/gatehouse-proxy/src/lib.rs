@@ -2,7 +2,8 @@
 //! server in an isolated environment, feeds every frame of both directions
 //! through the engine's [`gatehouse_engine::Relay`], and performs what the
 //! engine decides: forward, answer, record events, persist pins, notice
-//! approvals by polling the database.
+//! approvals by polling the database, and wait for input requests answered
+//! in the dashboard inbox (`inbox`).
 //!
 //! Key types: [`WrapOptions`], [`run_wrap`], [`lines::LineReader`].
 //!
