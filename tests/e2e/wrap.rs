@@ -223,7 +223,11 @@ fn fastmcp_server_lists_and_calls_through_wrap() {
         .iter()
         .filter_map(|t| t["name"].as_str().map(String::from))
         .collect();
-    assert_eq!(names, ["add", "env_names", "ask_city", "ask_token"], "FastMCP's tools through wrap");
+    assert_eq!(
+        names,
+        ["add", "env_names", "ask_city", "ask_token"],
+        "FastMCP's tools through wrap"
+    );
     let r = d.call("add", json!({"a": 40, "b": 2}));
     assert_eq!(r["isError"], false, "add failed: {r}");
     assert_eq!(result_text(&r), "42");

@@ -12,6 +12,8 @@
 //! token get `notifications/progress`, so a client that resets its timeout
 //! on progress keeps waiting.
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crypto_box::aead::OsRng;
@@ -58,7 +60,11 @@ pub(crate) struct Inbox {
     tx: mpsc::UnboundedSender<Note>,
     rx: mpsc::UnboundedReceiver<Note>,
     progress: u64,
+    /// Consent rows this process still waits on.
+    waiting: Waiting,
 }
+
+type Waiting = Arc<Mutex<HashSet<i64>>>;
 
 impl Inbox {
     pub fn new(store: Option<Store>, asker: Asker, timeout: Duration) -> Inbox {
@@ -70,6 +76,23 @@ impl Inbox {
             tx,
             rx,
             progress: 0,
+            waiting: Waiting::default(),
+        }
+    }
+
+    /// Wrap is ending: nobody will take an answer, so the requests still
+    /// waiting are declined rather than left for the person.
+    pub async fn leave(&self) {
+        let Some(store) = &self.store else { return };
+        let ids: Vec<i64> = self
+            .waiting
+            .lock()
+            .map(|w| w.iter().copied().collect())
+            .unwrap_or_default();
+        for id in ids {
+            let _ = store
+                .decline_consent(id, crate::wrap::now_ms() as i64)
+                .await;
         }
     }
 
@@ -118,6 +141,7 @@ impl Inbox {
             asker: self.asker.clone(),
             timeout: self.timeout,
             tx: self.tx.clone(),
+            waiting: self.waiting.clone(),
         };
         tokio::spawn(task.run(request));
         vec![Output::Event(routed)]
@@ -181,6 +205,7 @@ struct Waiter {
     asker: Asker,
     timeout: Duration,
     tx: mpsc::UnboundedSender<Note>,
+    waiting: Waiting,
 }
 
 impl Waiter {
@@ -242,6 +267,30 @@ impl Waiter {
                 ))
             }
         };
+        if let Ok(mut w) = self.waiting.lock() {
+            w.insert(id);
+        }
+        let outcome = self.poll(id, expires, &secret, rule).await;
+        if let Ok(mut w) = self.waiting.lock() {
+            w.remove(&id);
+        }
+        outcome
+    }
+
+    /// Waits for the person (or the deadline) on consent row `id`.
+    async fn poll(
+        &self,
+        id: i64,
+        expires: i64,
+        secret: &SecretKey,
+        rule: &'static str,
+    ) -> (Value, EngineEvent) {
+        let declined = |reason: String| {
+            (
+                json!({ "action": "decline" }),
+                settled("mcp_elicitation_declined", Action::Block, rule, reason),
+            )
+        };
         let deadline = tokio::time::Instant::now() + self.timeout;
         let progress_every = PROGRESS_EVERY.min(self.timeout / 3).max(POLL);
         let mut next_progress = tokio::time::Instant::now() + progress_every;
@@ -250,7 +299,7 @@ impl Waiter {
             match self.store.get_consent(id).await {
                 Ok(Some(c)) => match c.state {
                     ConsentState::Pending => {}
-                    ConsentState::Answered => return self.open(id, &secret, rule).await,
+                    ConsentState::Answered => return self.open(id, secret, rule).await,
                     ConsentState::Declined => {
                         return declined(format!("declined in the dashboard (consent #{id})"))
                     }
@@ -474,6 +523,23 @@ mod tests {
             let (result, event, _) = next_done(&mut inbox).await;
             assert_eq!(result, json!({"action": "decline"}), "{}", event.reason);
         }
+    }
+
+    #[tokio::test]
+    async fn leaving_declines_what_still_waits() {
+        let (_dir, store) = store().await;
+        let mut inbox = Inbox::new(Some(store.clone()), asker(), Duration::from_secs(30));
+        inbox.take(vec![Output::Inbox(request(9))]);
+        while inbox.waiting.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let id = *inbox.waiting.lock().unwrap().iter().next().unwrap();
+        inbox.leave().await;
+        assert_eq!(
+            store.get_consent(id).await.unwrap().unwrap().state,
+            ConsentState::Declined,
+            "nobody is left to take an answer"
+        );
     }
 
     #[tokio::test]

@@ -428,6 +428,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         },
     };
     cross.leave().await;
+    inbox.leave().await;
     recorder.finish().await;
     Ok(code)
 }
