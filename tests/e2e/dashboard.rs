@@ -268,7 +268,7 @@ fn dashboard_drives_real_wraps_in_headless_chromium() {
     let r = quiet.finish("ask_city (unanswered)");
     assert_eq!(result_text(&r["result"]), "decline", "{r}");
     assert!(
-        r["progress"].as_u64().unwrap_or(0) >= 2,
+        r["progress"].as_u64().unwrap_or(0) >= 1,
         "the client's call got progress notifications while waiting: {r}"
     );
     assert!(
