@@ -399,7 +399,8 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 break Some(128 + sig);
             }
         };
-        let outputs = inbox.take(cross.filter(outputs, &relay).await);
+        let outputs = cross.filter(outputs, &relay).await;
+        let outputs = inbox.take(outputs);
         ctx.dispatch(outputs, &mut client_out, &mut server_out);
         if !client_open
             && server_out.is_open()
