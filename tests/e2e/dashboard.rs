@@ -141,7 +141,7 @@ fn dashboard_drives_real_wraps_in_headless_chromium() {
     let (_up, url) = start_up(&sb);
     let health: Value = {
         let base = url.split("/signin").next().unwrap();
-        let out = Command::new("python3")
+        let out = Command::new(peers.python())
             .args(["-c", "import sys,urllib.request;print(urllib.request.urlopen(sys.argv[1]).read().decode())"])
             .arg(format!("{base}/api/health"))
             .output()

@@ -365,7 +365,11 @@ impl Waiter {
         match answer["action"].as_str() {
             Some("accept") => {
                 let mut result = json!({ "action": "accept" });
-                if let Some(content) = answer.get("content").filter(|c| c.is_object()) {
+                // URL-mode (and empty) answers carry no content.
+                if let Some(content) = answer
+                    .get("content")
+                    .filter(|c| c.as_object().is_some_and(|o| !o.is_empty()))
+                {
                     result["content"] = content.clone();
                 }
                 (
@@ -523,6 +527,39 @@ mod tests {
             let (result, event, _) = next_done(&mut inbox).await;
             assert_eq!(result, json!({"action": "decline"}), "{}", event.reason);
         }
+    }
+
+    #[tokio::test]
+    async fn url_mode_shows_the_url_and_accepts_without_content() {
+        let (_dir, store) = store().await;
+        let mut inbox = Inbox::new(Some(store.clone()), asker(), Duration::from_secs(30));
+        let mut req = request(4);
+        req.params = json!({"mode": "url", "message": "Sign in", "url": "https://example.com/oauth?x=1", "elicitationId": "e1"});
+        inbox.take(vec![Output::Inbox(req)]);
+        let pending = loop {
+            if let Some(c) = store
+                .list_consents(Some(ConsentState::Pending), 10)
+                .await
+                .unwrap()
+                .pop()
+            {
+                break c;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let payload: Value = serde_json::from_str(&pending.payload_json).unwrap();
+        assert_eq!(payload["mode"], "url");
+        assert_eq!(
+            payload["url"], "https://example.com/oauth?x=1",
+            "the full URL is shown"
+        );
+        let sealed = seal_to(
+            pending.requester_key.as_deref().unwrap(),
+            &json!({"action": "accept", "content": {}}),
+        );
+        assert!(store.answer_consent(pending.id, &sealed, 1).await.unwrap());
+        let (result, _, _) = next_done(&mut inbox).await;
+        assert_eq!(result, json!({"action": "accept"}));
     }
 
     #[tokio::test]
