@@ -1234,6 +1234,7 @@ impl<I: Inspector> Relay<I> {
         // only there) and clients that cannot show input requests.
         let inbox_rule = match (&sensitive, self.settings.sensitive_elicitation) {
             (Some(_), SensitiveElicitation::Inbox) => Some("elicitation.sensitive_field"),
+            _ if self.settings.elicitation_inbox => Some("requests.elicitation"),
             _ if !self.client_elicits => Some("elicitation.inbox"),
             _ => None,
         };

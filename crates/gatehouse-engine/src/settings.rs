@@ -83,6 +83,8 @@ pub struct Settings {
     pub restricted: bool,
     /// Elicitation requests asking for sensitive fields.
     pub sensitive_elicitation: SensitiveElicitation,
+    /// Policy sends every input request to the dashboard inbox.
+    pub elicitation_inbox: bool,
     /// Minimum spacing of forwarded `notifications/tools/list_changed`.
     pub list_changed_interval_ms: u64,
     /// How the server is named to people ("github (npx server-github)").
@@ -104,6 +106,7 @@ impl Default for Settings {
             result_action: ResultAction::Block,
             restricted: false,
             sensitive_elicitation: SensitiveElicitation::Decline,
+            elicitation_inbox: false,
             list_changed_interval_ms: 5_000,
             server_label: "server".into(),
             policy: Box::new(AllowAll),

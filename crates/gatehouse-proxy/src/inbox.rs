@@ -131,10 +131,10 @@ impl Inbox {
             Action::Hold,
             request.rule,
         )
-        .reason(if request.rule == "elicitation.inbox" {
-            "the client cannot show input requests; waiting for an answer in the Gatehouse dashboard"
-        } else {
-            "the request asks for a secret-like field; waiting in the Gatehouse dashboard (decline only)"
+        .reason(match request.rule {
+            "elicitation.inbox" => "the client cannot show input requests; waiting for an answer in the Gatehouse dashboard",
+            "requests.elicitation" => "policy sends input requests to the Gatehouse dashboard; waiting for an answer there",
+            _ => "the request asks for a secret-like field; waiting in the Gatehouse dashboard (decline only)",
         });
         let task = Waiter {
             store,

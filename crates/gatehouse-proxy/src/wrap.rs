@@ -986,6 +986,7 @@ fn engine_settings(
             gatehouse_config::SensitiveFields::Route => SensitiveElicitation::Inbox,
             gatehouse_config::SensitiveFields::Decline => SensitiveElicitation::Decline,
         },
+        elicitation_inbox: server.elicit_via_inbox,
         list_changed_interval_ms: lists.refresh_coalesce.as_millis() as u64,
         server_label: format!("{server_name} ({})", shorten(&command, 80)),
         policy: Box::new(BoundPolicy {

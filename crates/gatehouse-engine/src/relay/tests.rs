@@ -509,6 +509,17 @@ fn elicitation_goes_to_the_inbox_when_the_client_cannot_show_it() {
         .unwrap()
         .starts_with("Server "));
 
+    // Policy `requests.elicitation = "route"`: the inbox even for a capable client.
+    let settings = Settings {
+        elicitation_inbox: true,
+        ..Settings::default()
+    };
+    let mut r = relay(settings, PinTable::default());
+    r.on_client_frame(init_with(json!({"elicitation": {}})), 0);
+    let out = r.on_server_frame(ask(8, "city"), 0);
+    assert!(to_client(&out).is_empty());
+    assert_eq!(inbox(&out)[0].rule, "requests.elicitation");
+
     // `Warn` forwards a sensitive request with an alert.
     let settings = Settings {
         sensitive_elicitation: SensitiveElicitation::Warn,
