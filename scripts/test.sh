@@ -2,8 +2,8 @@
 # The whole test suite, on a fresh machine too: installs what the tests need
 # when missing (Debian packages, npm packages, MCP peers, tauri-driver), then
 # runs formatting and lint checks, the Rust tests (with a real Secret Service),
-# the dashboard's unit tests, and the tray app's build, tests and end-to-end
-# run under Xvfb.
+# the dashboard's unit tests and browser suites (headless Debian Chromium),
+# and the tray app's build, tests and end-to-end run under Xvfb.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/gatehouse-target}"
@@ -38,7 +38,14 @@ step "cargo fmt, clippy"
 cargo fmt --all --check
 cargo clippy --all-targets -- -D warnings
 
-step "cargo test (default members) with a real Secret Service"
+# The browser suites run inside `cargo test`: crates/gatehouse-server/tests/browser.rs
+# (seeded database) and tests/e2e/dashboard.rs (the gatehouse binary, real wraps).
+# They need chromium (above), node_modules and ui/dist (built above, before
+# cargo embeds it); GATEHOUSE_E2E=1 makes a missing prerequisite a failure.
+export GATEHOUSE_E2E=1
+export GATEHOUSE_E2E_ARTIFACTS="${GATEHOUSE_E2E_ARTIFACTS:-$CARGO_TARGET_DIR/e2e-artifacts}"
+
+step "cargo test (default members, browser suites included) with a real Secret Service"
 KR=$(mktemp -d)
 trap 'rm -rf "$KR"' EXIT
 dbus-run-session -- bash -euo pipefail -c '
@@ -63,6 +70,4 @@ if ! command -v tauri-driver >/dev/null 2>&1; then
 fi
 scripts/tray-e2e.sh --e2e-only
 
-# Not yet part of this command (not verified green here): the dashboard's
-# browser tests (`npm run e2e`).
-step "all tests passed"
+step "all tests passed (screenshots: $GATEHOUSE_E2E_ARTIFACTS)"

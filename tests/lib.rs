@@ -280,6 +280,9 @@ pub struct DriverOptions<'a> {
     pub clear_env: bool,
     /// Working directory of the client (and so of the server command).
     pub cwd: Option<&'a Path>,
+    /// Declare no elicitation capability (a client that cannot show input
+    /// requests; `gatehouse wrap` sends them to the dashboard inbox).
+    pub no_elicitation: bool,
 }
 
 impl Driver {
@@ -316,6 +319,9 @@ impl Driver {
         cmd.arg(tests_dir().join("clients/driver.py"));
         if let Some(tee) = opts.tee {
             cmd.arg("--tee").arg(tee);
+        }
+        if opts.no_elicitation {
+            cmd.arg("--no-elicitation");
         }
         let stderr = match opts.stderr {
             Some(path) => Stdio::from(std::fs::File::create(path).expect("create the stderr file")),
@@ -388,6 +394,19 @@ impl Driver {
         writeln!(stdin, "{cmd}").expect("write to client");
         stdin.flush().expect("flush client stdin");
         self.read_answer(&cmd.to_string())
+    }
+
+    /// Sends one command without waiting; [`Driver::finish`] reads its answer
+    /// (e.g. a call that waits for a person in the dashboard).
+    pub fn begin(&mut self, cmd: Value) {
+        let stdin = self.stdin.as_mut().expect("client stdin open");
+        writeln!(stdin, "{cmd}").expect("write to client");
+        stdin.flush().expect("flush client stdin");
+    }
+
+    /// The answer to the command sent with [`Driver::begin`].
+    pub fn finish(&mut self, what: &str) -> Value {
+        self.read_answer(what)
     }
 
     pub fn list_tools(&mut self) -> Vec<Value> {

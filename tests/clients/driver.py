@@ -1,6 +1,6 @@
 """A real MCP client (PyPI `mcp<2`, 1.30) driven line by line from stdin.
 
-Usage: driver.py [--tee LOG] -- CMD ARGS...
+Usage: driver.py [--tee LOG] [--no-elicitation] -- CMD ARGS...
 
 Each stdin line is one JSON command; each answer is one JSON line on stdout:
   {"op":"list_tools"}                        -> {"ok":true,"tools":[<Tool JSON>...]}
@@ -15,7 +15,9 @@ or {"ok":false,"initialize_error":<ErrorData JSON>} when initialize is refused
 (the client then exits).
 Errors are answered {"ok":false,"error":"..."}. With --tee, every raw line
 the server side writes to this client is appended to LOG before the SDK sees
-it (the wire-level record the passthrough test compares).
+it (the wire-level record the passthrough test compares). With
+--no-elicitation the client declares no elicitation capability (like
+clients that cannot show input requests).
 """
 
 import json
@@ -45,6 +47,9 @@ async def main(argv):
     tee = None
     if argv and argv[0] == "--tee":
         tee, argv = argv[1], argv[2:]
+    elicits = True
+    if argv and argv[0] == "--no-elicitation":
+        elicits, argv = False, argv[1:]
     if argv and argv[0] == "--":
         argv = argv[1:]
     command, args = argv[0], argv[1:]
@@ -91,7 +96,7 @@ async def main(argv):
             read,
             write,
             sampling_callback=sampling,
-            elicitation_callback=elicitation,
+            elicitation_callback=elicitation if elicits else None,
             list_roots_callback=roots,
             logging_callback=logging_cb,
             message_handler=on_message,

@@ -223,7 +223,11 @@ fn fastmcp_server_lists_and_calls_through_wrap() {
         .iter()
         .filter_map(|t| t["name"].as_str().map(String::from))
         .collect();
-    assert_eq!(names, ["add", "env_names"], "FastMCP's tools through wrap");
+    assert_eq!(
+        names,
+        ["add", "env_names", "ask_city", "ask_token"],
+        "FastMCP's tools through wrap"
+    );
     let r = d.call("add", json!({"a": 40, "b": 2}));
     assert_eq!(r["isError"], false, "add failed: {r}");
     assert_eq!(result_text(&r), "42");
@@ -245,7 +249,7 @@ fn rug_pull_is_held_until_trusted_then_passes_in_the_same_session() {
 
     // Session 1: first sight pins `add`.
     let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
-    assert_eq!(d.list_tools().len(), 2);
+    assert_eq!(d.list_tools().len(), 4);
     assert_eq!(result_text(&d.call("add", json!({"a": 1, "b": 2}))), "3");
     d.quit();
 
@@ -261,7 +265,7 @@ fn rug_pull_is_held_until_trusted_then_passes_in_the_same_session() {
     let names: Vec<Value> = d.list_tools().iter().map(|t| t["name"].clone()).collect();
     assert_eq!(
         names,
-        [json!("env_names")],
+        [json!("env_names"), json!("ask_city"), json!("ask_token")],
         "the changed `add` must be withheld from tools/list"
     );
     let r = d.call("add", json!({"a": 1, "b": 2}));

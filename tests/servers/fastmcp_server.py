@@ -8,13 +8,18 @@ Tools:
                 between sessions), else a fixed benign text.
   env_names() -> JSON list of the environment variable names this process
                 received (names only; values never leave).
+  ask_city()  -> asks the client for a city (elicitation/create, field
+                `city`) and returns what came back: "accept: <city>",
+                "decline" or "cancel".
+  ask_token() -> the same for a secret-like field (`api_token`).
 """
 
 import json
 import os
 import sys
 
-from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp import Context, FastMCP
+from pydantic import BaseModel, Field
 
 description = "Adds two integers."
 if len(sys.argv) > 1:
@@ -32,6 +37,31 @@ def add(a: int, b: int) -> int:
 @mcp.tool(description="Lists the names of the environment variables the server sees.")
 def env_names() -> str:
     return json.dumps(sorted(os.environ))
+
+
+class City(BaseModel):
+    city: str = Field(title="City")
+
+
+class Token(BaseModel):
+    api_token: str = Field(title="API token")
+
+
+async def ask(ctx: Context, message: str, schema, field: str) -> str:
+    r = await ctx.elicit(message=message, schema=schema)
+    if r.action == "accept":
+        return f"accept: {getattr(r.data, field)}"
+    return r.action
+
+
+@mcp.tool(description="Asks which city to use.")
+async def ask_city(ctx: Context) -> str:
+    return await ask(ctx, "Which city should I use?", City, "city")
+
+
+@mcp.tool(description="Asks for an API token.")
+async def ask_token(ctx: Context) -> str:
+    return await ask(ctx, "Paste your API token", Token, "api_token")
 
 
 if __name__ == "__main__":

@@ -252,6 +252,19 @@ await step("consent inbox: answer one request, decline a sensitive one", async (
   await web.waitFor({ state: "detached" });
 });
 
+await step("protect a client from the Clients page", async () => {
+  await nav("Clients");
+  const card = page.locator("article[data-client=cursor]");
+  assert((await card.textContent()).includes("GITHUB_TOKEN"), "plain-text secret names are shown");
+  assert(!(await card.textContent()).includes("ghp_canary"), "secret values are not");
+  await card.getByRole("button", { name: "Protect Cursor" }).click();
+  const report = page.locator("article[data-client=cursor] .change-report");
+  await report.waitFor();
+  assert((await report.textContent()).includes("protected github"), `report names the entry: ${await report.textContent()}`);
+  await page.locator("article[data-client=cursor]").getByRole("button", { name: "Unprotect Cursor" }).waitFor();
+  await shot("clients-protected");
+});
+
 const pages = ["Overview", "Events", "Tools & pins", "Consent inbox", "Clients", "Secrets", "Policy", "Sessions"];
 await step("axe-core: no serious findings on any page, light theme", async () => {
   for (const p of pages) {

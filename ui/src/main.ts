@@ -10,6 +10,7 @@ import { clientsPage } from "./pages/clients";
 import { secretsPage } from "./pages/secrets";
 import { policyPage } from "./pages/policy";
 import { sessionsPage } from "./pages/sessions";
+import { safeNext } from "./next";
 
 export type Cleanup = () => void;
 export type Page = (main: HTMLElement, query: string) => Promise<Cleanup | void> | Cleanup | void;
@@ -129,9 +130,12 @@ async function boot(): Promise<void> {
   whenSignedOut(signedOut);
   window.addEventListener("popstate", () => void route());
   if (location.pathname === "/signin") {
-    const t = new URLSearchParams(location.hash.slice(1)).get("t");
-    // Drop the one-time token from the address bar and history at once.
-    history.replaceState(null, "", "/overview");
+    const frag = new URLSearchParams(location.hash.slice(1));
+    const t = frag.get("t");
+    // Drop the one-time token from the address bar and history at once;
+    // open the link's own route (`next=`) when it is one of ours.
+    const routes = ROUTES.map((r) => r.path);
+    history.replaceState(null, "", safeNext(frag.get("next"), routes));
     if (t) {
       try {
         await signIn(t);

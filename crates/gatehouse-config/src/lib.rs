@@ -30,8 +30,8 @@ use std::path::{Path, PathBuf};
 pub use diag::{Diagnostic, PolicyError};
 pub use matching::glob_escape;
 pub use policy::{
-    AllowDecline, Burst, CrossServer, CustomPattern, Decision, EnvValue, FlowMode, FlowRule,
-    Limits, ListMode, Mode, OnChange, OnLaunchChange, PinningSettings, Policy, RateLimit,
+    AllowDecline, Burst, CrossServer, CustomPattern, Decision, Elicitation, EnvValue, FlowMode,
+    FlowRule, Limits, ListMode, Mode, OnChange, OnLaunchChange, PinningSettings, Policy, RateLimit,
     RequestSettings, ResultAction, RuleDecision, SamplingContext, ScannerSettings, SensitiveFields,
     ServerRef, ServerSettings, Severity, ToolClass, ToolListSettings, Trust, Typosquat,
 };

@@ -11,8 +11,8 @@ use crate::diag::KeyPath;
 use crate::layer::Layer;
 use crate::matching::{any_string, path_value_matches, CommandList, GlobKind, Globs};
 pub use crate::raw::{
-    AllowDecline, FlowMode, ListMode, Mode, OnChange, OnLaunchChange, ResultAction, RuleDecision,
-    SamplingContext, SensitiveFields, Severity, ToolClass, Trust,
+    AllowDecline, Elicitation, FlowMode, ListMode, Mode, OnChange, OnLaunchChange, ResultAction,
+    RuleDecision, SamplingContext, SensitiveFields, Severity, ToolClass, Trust,
 };
 
 /// The verdict of a policy check. Ordered by restrictiveness:
@@ -269,7 +269,7 @@ impl ScannerSettings {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestSettings {
     /// `elicitation/create`.
-    pub elicitation: AllowDecline,
+    pub elicitation: Elicitation,
     /// Elicitations asking for password/token/key-like fields.
     pub elicitation_sensitive_fields: SensitiveFields,
     /// `sampling/createMessage`.
@@ -441,8 +441,10 @@ pub struct ServerSettings {
     pub flow_checked: bool,
     /// Whether new tools are pinned at first sight (`auto_trust_first`, or `trusted`).
     pub pin_at_first_sight: bool,
-    /// Whether `elicitation/create` may reach the client.
+    /// Whether `elicitation/create` may be shown (to the client or the inbox).
     pub may_elicit: bool,
+    /// Whether every `elicitation/create` goes to the dashboard inbox.
+    pub elicit_via_inbox: bool,
     /// Whether `sampling/createMessage` may reach the client.
     pub may_sample: bool,
     /// Whether `roots/list` may be answered.
@@ -656,7 +658,7 @@ impl Policy {
                     outs = true,
                     result_action = ResultAction::Block,
                     spotlight = false,
-                    elicit = AllowDecline::Allow,
+                    elicit = Elicitation::Allow,
                     sensitive = SensitiveFields::Route,
                     sampling = AllowDecline::Allow,
                     ctx = SamplingContext::Strip,
@@ -812,7 +814,7 @@ impl Policy {
             if let Some(q) = &r.requests {
                 m.max(
                     &mut elicit,
-                    q.elicitation.map(AllowDecline::from),
+                    q.elicitation.map(Elicitation::from),
                     "requests.elicitation",
                 );
                 m.max(
@@ -953,7 +955,7 @@ impl Policy {
                 custom_patterns: custom,
             },
             requests: RequestSettings {
-                elicitation: elicit.unwrap_or(AllowDecline::Allow),
+                elicitation: elicit.unwrap_or(Elicitation::Allow),
                 elicitation_sensitive_fields: sensitive.unwrap_or(SensitiveFields::Route),
                 sampling: sampling.unwrap_or(AllowDecline::Allow),
                 sampling_include_context: ctx.unwrap_or(SamplingContext::Strip),
@@ -1244,7 +1246,8 @@ impl Policy {
             burst_checked: self.cross_server.burst.enabled && !trusted,
             flow_checked: self.cross_server.flow.mode != FlowMode::Off && !trusted,
             pin_at_first_sight: self.pinning.auto_trust_first || trusted,
-            may_elicit: !restricted && self.requests.elicitation == AllowDecline::Allow,
+            may_elicit: !restricted && self.requests.elicitation != Elicitation::Decline,
+            elicit_via_inbox: self.requests.elicitation == Elicitation::Route,
             may_sample: !restricted && self.requests.sampling == AllowDecline::Allow,
             may_list_roots: !restricted && self.requests.roots == AllowDecline::Allow,
         }

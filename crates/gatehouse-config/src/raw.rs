@@ -96,6 +96,13 @@ policy_enum!(
         Decline = "decline" }
 );
 policy_enum!(
+    /// Where `elicitation/create` goes. Stricter: `route`, then `decline`.
+    RawElicitation => Elicitation { /// To the client, with the server-identity prefix.
+        Allow = "allow", /// To the person in the dashboard inbox (never to the client).
+        Route = "route", /// Answered with a decline; nobody sees it.
+        Decline = "decline" }
+);
+policy_enum!(
     /// Elicitations that ask for sensitive fields (password, token, key, …). Stricter: `decline`.
     RawSensitiveFields => SensitiveFields { /// Forward with a warning naming the server.
         Warn = "warn", /// Route to the person in the dashboard instead of the client.
@@ -248,7 +255,7 @@ pub(crate) struct RawCustomPattern {
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRequests {
-    pub elicitation: Option<RawAllowDecline>,
+    pub elicitation: Option<RawElicitation>,
     pub elicitation_sensitive_fields: Option<RawSensitiveFields>,
     pub sampling: Option<RawAllowDecline>,
     pub sampling_include_context: Option<RawSamplingContext>,

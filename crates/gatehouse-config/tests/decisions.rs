@@ -350,3 +350,37 @@ fn audit_mode_is_reported_and_decisions_unchanged() {
         "audit mode still reports Block; the engine records it as would-block"
     );
 }
+
+#[test]
+fn elicitation_can_be_routed_to_the_inbox_and_a_base_route_is_kept() {
+    use gatehouse_config::{compile, PolicySource, SourceRole};
+    let p = policy("[requests]\nelicitation = \"route\"\n");
+    let s = p.server_settings("any");
+    assert!(
+        s.may_elicit && s.elicit_via_inbox,
+        "route: shown, in the inbox"
+    );
+    let p = policy("[requests]\nelicitation = \"decline\"\n");
+    assert!(!p.server_settings("any").may_elicit && !p.server_settings("any").elicit_via_inbox);
+    assert!(
+        !policy("").server_settings("any").elicit_via_inbox,
+        "default: to the client"
+    );
+    let layered = compile(vec![
+        PolicySource {
+            role: SourceRole::Base,
+            name: "team.toml".into(),
+            text: "[requests]\nelicitation = \"route\"\n".into(),
+        },
+        PolicySource {
+            role: SourceRole::Local,
+            name: "policy.toml".into(),
+            text: "[requests]\nelicitation = \"allow\"\n".into(),
+        },
+    ])
+    .expect("valid layers");
+    assert!(
+        layered.policy.server_settings("any").elicit_via_inbox,
+        "a local file cannot loosen the team's route to allow"
+    );
+}

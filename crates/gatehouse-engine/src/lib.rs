@@ -23,5 +23,5 @@ pub mod verdict;
 pub use inspect::{Finding, Inspector, NoInspector};
 pub use pins::{PinEntry, PinState, PinTable, ToolJudgement};
 pub use relay::{Relay, ServerInfo};
-pub use settings::{OnChange, ResultAction, Settings, ToolRule};
-pub use verdict::{Action, EngineEvent, Output, PinUpdate, Severity};
+pub use settings::{OnChange, ResultAction, SensitiveElicitation, Settings, ToolRule};
+pub use verdict::{Action, EngineEvent, InputRequest, Output, PinUpdate, Severity};

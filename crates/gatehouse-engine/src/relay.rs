@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use crate::inspect::{findings_json, max_severity, Finding, Inspector};
 use crate::pins::{judge, PinEntry, PinState, PinTable, ToolJudgement};
-use crate::settings::{ResultAction, Settings, ToolRule};
-use crate::verdict::{Action, EngineEvent, Output, PinUpdate, Severity};
+use crate::settings::{ResultAction, SensitiveElicitation, Settings, ToolRule};
+use crate::verdict::{Action, EngineEvent, InputRequest, Output, PinUpdate, Severity};
 
 /// Who the relay speaks for.
 #[derive(Clone, Debug)]
@@ -106,6 +106,11 @@ pub struct Relay<I: Inspector> {
     trailing_list_changed: bool,
     refused: Option<(String, String)>,
     tools_generation: u64,
+    /// What the client's `initialize` said: elicitation support, its name.
+    client_elicits: bool,
+    client_name: Option<String>,
+    /// `_meta.progressToken` of forwarded client calls still in flight.
+    progress_tokens: HashMap<RequestId, Value>,
 }
 
 impl<I: Inspector> Relay<I> {
@@ -137,6 +142,9 @@ impl<I: Inspector> Relay<I> {
             trailing_list_changed: false,
             refused: None,
             tools_generation: 0,
+            client_elicits: false,
+            client_name: None,
+            progress_tokens: HashMap::new(),
         }
     }
 
@@ -177,6 +185,12 @@ impl<I: Inspector> Relay<I> {
     /// A listed tool's description and annotations (`{"description", "annotations"}`).
     pub fn tool_facts(&self, tool: &str) -> Option<&Value> {
         self.tools.get(tool).map(|t| &t.facts)
+    }
+
+    /// Progress tokens of the client's calls in flight (an inbox wait keeps
+    /// them alive with `notifications/progress`).
+    pub fn progress_tokens(&self) -> Vec<Value> {
+        self.progress_tokens.values().cloned().collect()
     }
 
     /// Replaces the audit-only switch (pause / resume).
@@ -287,7 +301,31 @@ impl<I: Inspector> Relay<I> {
             ));
         }
         let pending = match method.as_str() {
-            "initialize" => Pending::Initialize,
+            "initialize" => {
+                let params = msg.params();
+                self.client_elicits = params
+                    .and_then(|p| p.pointer("/capabilities/elicitation"))
+                    .is_some_and(|c| !c.is_null());
+                self.client_name = params
+                    .and_then(|p| p.pointer("/clientInfo/name"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                self.pending.insert(id.clone(), Pending::Initialize);
+                if self.client_elicits {
+                    return Verdict::Forward;
+                }
+                // The inbox answers input requests the client cannot show,
+                // so the server may send them (SDKs check this capability).
+                let mut v = msg.value.clone();
+                if let Some(caps) = v
+                    .pointer_mut("/params/capabilities")
+                    .and_then(Value::as_object_mut)
+                {
+                    caps.insert("elicitation".into(), json!({}));
+                    return Verdict::Rewrite(v);
+                }
+                return Verdict::Forward;
+            }
             "tools/list" => Pending::ToolsList {
                 first_page: msg.params().and_then(|p| p.get("cursor")).is_none(),
             },
@@ -301,6 +339,11 @@ impl<I: Inspector> Relay<I> {
                 let verdict = self.check_call(id, &tool, msg, now_ms, out);
                 if matches!(verdict, Verdict::Forward) {
                     self.pending.insert(id.clone(), Pending::ToolsCall { tool });
+                    if let Some(token) =
+                        msg.params().and_then(|p| p.pointer("/_meta/progressToken"))
+                    {
+                        self.progress_tokens.insert(id.clone(), token.clone());
+                    }
                 }
                 return verdict;
             }
@@ -502,6 +545,7 @@ impl<I: Inspector> Relay<I> {
                     self.internal_response(internal, msg, now_ms, out);
                     return Verdict::Drop;
                 }
+                self.progress_tokens.remove(id);
                 match self.pending.remove(id) {
                     Some(pending) => self.inspect_response(pending, msg, out),
                     None => Verdict::Forward,
@@ -1164,14 +1208,17 @@ impl<I: Inspector> Relay<I> {
                 out,
             );
         }
-        if self.settings.decline_sensitive_elicitation {
-            if let Some(field) = sensitive_field(params) {
-                return decline(
-                    "elicitation.sensitive_field",
-                    format!("asked for {field:?}; secrets must not be collected through form elicitation"),
-                    out,
-                );
-            }
+        let sensitive = sensitive_field(params);
+        if let (Some(field), SensitiveElicitation::Decline) =
+            (&sensitive, self.settings.sensitive_elicitation)
+        {
+            return decline(
+                "elicitation.sensitive_field",
+                format!(
+                    "asked for {field:?}; secrets must not be collected through form elicitation"
+                ),
+                out,
+            );
         }
         let findings = self
             .inspector
@@ -1182,6 +1229,36 @@ impl<I: Inspector> Relay<I> {
                 "the request carries hidden instructions".into(),
                 out,
             );
+        }
+        // The person answers in the dashboard: sensitive fields (decline
+        // only there) and clients that cannot show input requests.
+        let inbox_rule = match (&sensitive, self.settings.sensitive_elicitation) {
+            (Some(_), SensitiveElicitation::Inbox) => Some("elicitation.sensitive_field"),
+            _ if self.settings.elicitation_inbox => Some("requests.elicitation"),
+            _ if !self.client_elicits => Some("elicitation.inbox"),
+            _ => None,
+        };
+        if let Some(rule) = inbox_rule {
+            out.push(Output::Inbox(InputRequest {
+                id: id.clone(),
+                params: params.clone(),
+                client: self.client_name.clone(),
+                rule,
+            }));
+            return Verdict::Drop;
+        }
+        if let Some(field) = &sensitive {
+            out.push(Output::Event(
+                EngineEvent::new(
+                    "mcp_elicitation_sensitive",
+                    Severity::Medium,
+                    Action::Alert,
+                    "elicitation.sensitive_field",
+                )
+                .reason(format!(
+                    "asked for {field:?}; forwarded to the client with a warning (policy: warn)"
+                )),
+            ));
         }
         // Fixed identity prefix the server cannot spoof.
         let message = params

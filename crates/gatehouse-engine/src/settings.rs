@@ -21,6 +21,18 @@ pub enum ResultAction {
     Block,
 }
 
+/// What happens to an input request asking for a password-, token- or
+/// key-like field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SensitiveElicitation {
+    /// Forward to the client (with the identity prefix and an alert).
+    Warn,
+    /// Send to the dashboard inbox, where it can only be declined.
+    Inbox,
+    /// Decline at once.
+    Decline,
+}
+
 /// A per-call policy decision.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ToolRule {
@@ -69,8 +81,10 @@ pub struct Settings {
     pub result_action: ResultAction,
     /// `restricted` trust: never allowed to elicit or sample.
     pub restricted: bool,
-    /// Decline elicitation requests asking for sensitive fields.
-    pub decline_sensitive_elicitation: bool,
+    /// Elicitation requests asking for sensitive fields.
+    pub sensitive_elicitation: SensitiveElicitation,
+    /// Policy sends every input request to the dashboard inbox.
+    pub elicitation_inbox: bool,
     /// Minimum spacing of forwarded `notifications/tools/list_changed`.
     pub list_changed_interval_ms: u64,
     /// How the server is named to people ("github (npx server-github)").
@@ -91,7 +105,8 @@ impl Default for Settings {
             spotlight_results: false,
             result_action: ResultAction::Block,
             restricted: false,
-            decline_sensitive_elicitation: true,
+            sensitive_elicitation: SensitiveElicitation::Decline,
+            elicitation_inbox: false,
             list_changed_interval_ms: 5_000,
             server_label: "server".into(),
             policy: Box::new(AllowAll),

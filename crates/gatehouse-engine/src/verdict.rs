@@ -149,4 +149,20 @@ pub enum Output {
     ToClient(Vec<u8>),
     Event(EngineEvent),
     Persist(PinUpdate),
+    /// Ask the person in the dashboard inbox; the host answers the server.
+    Inbox(InputRequest),
+}
+
+/// An `elicitation/create` routed to the dashboard inbox instead of the
+/// client. The host posts it, waits, and answers the server with
+/// `{"action": "accept" | "decline", …}` under `id`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputRequest {
+    pub id: gatehouse_protocol::RequestId,
+    /// The request's params as the server sent them (shown as text).
+    pub params: Value,
+    /// `clientInfo.name` from the client's `initialize`, if any.
+    pub client: Option<String>,
+    /// Why it goes to the inbox (the rule recorded).
+    pub rule: &'static str,
 }

@@ -2,7 +2,8 @@
 //! server in an isolated environment, feeds every frame of both directions
 //! through the engine's [`gatehouse_engine::Relay`], and performs what the
 //! engine decides: forward, answer, record events, persist pins, notice
-//! approvals by polling the database.
+//! approvals by polling the database, and wait for input requests answered
+//! in the dashboard inbox (`inbox`).
 //!
 //! Key types: [`WrapOptions`], [`run_wrap`], [`lines::LineReader`].
 //!
@@ -14,6 +15,7 @@ pub mod adapters;
 pub mod child;
 pub mod cross;
 pub mod egress;
+mod inbox;
 pub mod lines;
 mod outbox;
 mod presence;
@@ -21,4 +23,5 @@ pub mod session;
 mod stdio;
 pub mod wrap;
 
+pub use inbox::DEFAULT_TIMEOUT as DEFAULT_INBOX_TIMEOUT;
 pub use wrap::{run_wrap, WrapError, WrapOptions};

@@ -7,7 +7,7 @@ use std::time::Duration;
 use gatehouse_config::{LoadedPolicy, Policy, ServerRef, Trust};
 use gatehouse_engine::env::{filter_env, Os};
 use gatehouse_engine::launch::launch_facts;
-use gatehouse_engine::settings::{OnChange, ResultAction};
+use gatehouse_engine::settings::{OnChange, ResultAction, SensitiveElicitation};
 use gatehouse_engine::{
     EngineEvent, Inspector, Output, PinEntry, PinState, PinTable, PinUpdate, Relay, ServerInfo,
     Settings,
@@ -37,6 +37,8 @@ pub struct WrapOptions {
     pub argv: Vec<String>,
     /// Where the server's secrets come from (None: no secrets).
     pub vault: Option<Arc<dyn Vault>>,
+    /// How long an input request waits in the dashboard inbox.
+    pub inbox_timeout: Duration,
 }
 
 /// Why wrap could not run. Each variant says which side caused it.
@@ -58,7 +60,7 @@ pub enum WrapError {
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 const STOP_GRACE: Duration = Duration::from_secs(3);
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -370,6 +372,16 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         crate::cross::taint_key(&home::install_key(&home_dir)?),
     );
 
+    let mut inbox = crate::inbox::Inbox::new(
+        store.clone(),
+        crate::inbox::Asker {
+            server_id: opts.server_id.clone(),
+            server_name: server_name.clone(),
+            command: shorten(&opts.argv.join(" "), 200),
+        },
+        opts.inbox_timeout,
+    );
+
     let exit = loop {
         let tick = relay.next_deadline_ms();
         let tick_sleep = async {
@@ -412,6 +424,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 Some(Line::Eof) | None => break None,
             },
             Some(pins) = pins_rx.recv() => relay.on_pins_reloaded(pins, now_ms()),
+            Some(note) = inbox.recv() => inbox.outputs(note, &relay),
             _ = tick_sleep => relay.on_tick(now_ms()),
             _ = stop_sleep => {
                 child::terminate(&child);
@@ -432,6 +445,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         };
         let outputs = egress.filter(outputs);
         let outputs = cross.filter(outputs, &relay).await;
+        let outputs = inbox.take(outputs);
         ctx.dispatch(outputs, &mut client_out, &mut server_out);
         if !client_open
             && server_out.is_open()
@@ -460,6 +474,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         },
     };
     cross.leave().await;
+    inbox.leave().await;
     recorder.finish().await;
     Ok(code)
 }
@@ -502,6 +517,8 @@ impl Dispatch<'_> {
                 Output::ToServer(bytes) => server.push(bytes),
                 Output::Event(event) => self.recorder.event(event),
                 Output::Persist(update) => self.recorder.persist(self.pin_server_id, update),
+                // `Inbox::take` has taken these already.
+                Output::Inbox(_) => {}
             }
         }
     }
@@ -1011,8 +1028,12 @@ fn engine_settings(
             _ => ResultAction::Alert,
         },
         restricted: server.trust == Trust::Restricted || !server.may_elicit && !server.may_sample,
-        decline_sensitive_elicitation: requests.elicitation_sensitive_fields
-            == gatehouse_config::SensitiveFields::Decline,
+        sensitive_elicitation: match requests.elicitation_sensitive_fields {
+            gatehouse_config::SensitiveFields::Warn => SensitiveElicitation::Warn,
+            gatehouse_config::SensitiveFields::Route => SensitiveElicitation::Inbox,
+            gatehouse_config::SensitiveFields::Decline => SensitiveElicitation::Decline,
+        },
+        elicitation_inbox: server.elicit_via_inbox,
         list_changed_interval_ms: lists.refresh_coalesce.as_millis() as u64,
         server_label: format!("{server_name} ({})", shorten(&command, 80)),
         policy: Box::new(BoundPolicy {

@@ -61,6 +61,9 @@ pub struct ServerConfig {
     pub poll_interval: std::time::Duration,
     /// Where to discover AI clients' configs; `None` hides the Clients list.
     pub client_dirs: Option<gatehouse_clients::HomeDirs>,
+    /// The `gatehouse` binary protected entries launch (`gatehouse wrap`);
+    /// `None` leaves protect/unprotect to the CLI.
+    pub gatehouse_exe: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -85,6 +88,7 @@ impl ServerConfig {
             vault: None,
             poll_interval: std::time::Duration::from_millis(250),
             client_dirs: None,
+            gatehouse_exe: None,
         }
     }
 }
@@ -147,6 +151,8 @@ pub struct Inner {
     pub clock: Arc<dyn Clock>,
     /// Where AI clients' configs are discovered.
     pub client_dirs: Option<gatehouse_clients::HomeDirs>,
+    /// The binary protected entries launch.
+    pub gatehouse_exe: Option<PathBuf>,
 }
 
 impl std::ops::Deref for AppState {
@@ -175,6 +181,7 @@ impl AppState {
             events: broadcast::channel(1024).0,
             clock: config.clock.clone(),
             client_dirs: config.client_dirs.clone(),
+            gatehouse_exe: config.gatehouse_exe.clone(),
         }))
     }
 

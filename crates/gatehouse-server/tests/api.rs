@@ -1279,3 +1279,111 @@ async fn clients_are_discovered_from_the_configured_home() {
         "secret values never leave the config"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_are_protected_and_restored_from_the_dashboard() {
+    use gatehouse_vault::Vault;
+    use tower::ServiceExt;
+    let home = tempfile::tempdir().unwrap();
+    let user = tempfile::tempdir().unwrap();
+    let cfg = user.path().join(".cursor/mcp.json");
+    std::fs::create_dir_all(cfg.parent().unwrap()).unwrap();
+    let original = "{ \"mcpServers\": { \"files\": { \"command\": \"npx\", \"args\": [\"-y\", \"server-filesystem\"], \"env\": { \"GITHUB_TOKEN\": \"ghp_canary0123456789abcdefghijklmnopqrstuv\" } } } }\n";
+    std::fs::write(&cfg, original).unwrap();
+    let store = common::open_store(home.path()).await;
+    let mut config = common::config_for(home.path(), store.clone());
+    config.client_dirs = Some(gatehouse_clients::HomeDirs {
+        os: gatehouse_clients::Os::Linux,
+        home: user.path().to_path_buf(),
+        config: user.path().join(".config"),
+        system_root: user.path().join("sys"),
+        env: Default::default(),
+    });
+    let vault = std::sync::Arc::new(gatehouse_vault::MemoryVault::new());
+    config.vault = Some(vault.clone());
+    config.gatehouse_exe = Some("/opt/gatehouse/bin/gatehouse".into());
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    let state = gatehouse_server::AppState::new(&config, common::PORT, "s".into(), rx);
+    let token = state
+        .auth
+        .redeem_signin(&state.auth.mint_signin(), "t")
+        .unwrap()
+        .token;
+    let app = gatehouse_server::router(state);
+    let call = |method: Method, uri: &str| {
+        let mut req = Request::builder()
+            .method(method.clone())
+            .uri(uri)
+            .header("host", HOST)
+            .header("authorization", format!("Bearer {token}"));
+        if method != Method::GET {
+            req = req.header("origin", ORIGIN);
+        }
+        let app = app.clone();
+        let req = req.body(Body::empty()).unwrap();
+        async move {
+            let resp = app.oneshot(req).await.unwrap();
+            let status = resp.status();
+            let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+                .await
+                .unwrap();
+            (status, String::from_utf8(bytes.to_vec()).unwrap())
+        }
+    };
+
+    let (status, body) = call(Method::POST, "/api/clients/cursor/protect").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["files"][0]["entries"], json!(["files"]), "{v}");
+    assert!(!body.contains("ghp_canary"), "secret values never leave");
+    let wrapped = std::fs::read_to_string(&cfg).unwrap();
+    assert!(
+        wrapped.contains("/opt/gatehouse/bin/gatehouse") && wrapped.contains("wrap"),
+        "the entry now runs behind gatehouse wrap: {wrapped}"
+    );
+    assert!(
+        !wrapped.contains("ghp_canary"),
+        "the secret left the config"
+    );
+    let servers = store.list_servers().await.unwrap();
+    assert_eq!(servers.len(), 1, "the wrapped entry's identity is recorded");
+    assert_eq!(
+        vault.list(&servers[0].id).unwrap(),
+        vec!["GITHUB_TOKEN".to_string()],
+        "the secret moved into the vault"
+    );
+    let (_, listed) = call(Method::GET, "/api/clients").await;
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    let cursor = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "cursor")
+        .unwrap()
+        .clone();
+    assert_eq!(cursor["protected"], true, "{cursor}");
+    assert_eq!(listed["can_change"], true);
+
+    let (status, body) = call(Method::POST, "/api/clients/cursor/unprotect").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        std::fs::read_to_string(&cfg).unwrap(),
+        original,
+        "unprotect restores the file exactly, secret included"
+    );
+    let (status, _) = call(Method::POST, "/api/clients/nosuch/protect").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let types: Vec<String> = store
+        .query_events(&gatehouse_store::EventFilter::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event_type)
+        .collect();
+    assert!(
+        types.iter().any(|t| t == "client_protected")
+            && types.iter().any(|t| t == "client_unprotected"),
+        "both changes are events: {types:?}"
+    );
+}

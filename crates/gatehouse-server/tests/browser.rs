@@ -2,10 +2,13 @@
 //! real SQLite) driven by headless Debian Chromium through Playwright
 //! (`ui/e2e/run.mjs`). Proves: sign-in through a one-time link (and its
 //! refusal on reuse), an event appearing live, approving a held tool in the
-//! diff view, answering and declining input requests, the corpus's
+//! diff view, answering and declining input requests, protecting a client
+//! from the Clients page (real gatehouse-clients edits), the corpus's
 //! script-bearing frames rendered inertly, axe-core with no serious
 //! findings in both themes, and tab order reaching approve/decline.
-//! Screenshots land in `artifacts/screenshots/`.
+//! Screenshots land in `$GATEHOUSE_E2E_ARTIFACTS/seeded` (default
+//! `artifacts/screenshots/`). The same dashboard against the real binary and
+//! real wraps is `tests/e2e/dashboard.rs`.
 //!
 //! Needs `npm ci && npm run build` (so the real dashboard is embedded) and
 //! `/usr/bin/chromium`. Without them the test is skipped with a message,
@@ -119,8 +122,30 @@ async fn dashboard_in_headless_chromium() {
 
     let mut config = common::config_for(home.path(), store.clone());
     config.poll_interval = std::time::Duration::from_millis(100);
+    // A Cursor config the person protects from the Clients page (real
+    // gatehouse-clients edits; an in-memory vault stands in for the keyring).
+    let user = tempfile::tempdir().unwrap();
+    let cursor_cfg = user.path().join(".cursor/mcp.json");
+    std::fs::create_dir_all(cursor_cfg.parent().unwrap()).unwrap();
+    std::fs::write(
+        &cursor_cfg,
+        r#"{ "mcpServers": { "github": { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-github"], "env": { "GITHUB_TOKEN": "ghp_canary0123456789abcdefghijklmnopqrstuv" } } } }"#,
+    )
+    .unwrap();
+    config.client_dirs = Some(gatehouse_clients::HomeDirs {
+        os: gatehouse_clients::Os::Linux,
+        home: user.path().to_path_buf(),
+        config: user.path().join(".config"),
+        system_root: user.path().join("sys"),
+        env: Default::default(),
+    });
+    let vault = std::sync::Arc::new(gatehouse_vault::MemoryVault::new());
+    config.vault = Some(vault.clone());
+    config.gatehouse_exe = Some("/opt/gatehouse/bin/gatehouse".into());
     let handle = gatehouse_server::serve(config).await.unwrap();
-    let shots = repo_root().join("artifacts/screenshots");
+    let shots = std::env::var_os("GATEHOUSE_E2E_ARTIFACTS")
+        .map(|d| PathBuf::from(d).join("seeded"))
+        .unwrap_or_else(|| repo_root().join("artifacts/screenshots"));
     std::fs::create_dir_all(&shots).unwrap();
 
     let mut child = Command::new("node")
@@ -198,6 +223,24 @@ async fn dashboard_in_headless_chromium() {
         answer,
         json!({ "action": "accept", "content": { "city": "Bergen" } }),
         "the waiting process receives the answer"
+    );
+    let protected = std::fs::read_to_string(&cursor_cfg).unwrap();
+    assert!(
+        protected.contains("/opt/gatehouse/bin/gatehouse") && !protected.contains("ghp_canary"),
+        "protected from the Clients page: the entry runs behind wrap, the secret left the file: {protected}"
+    );
+    let github = store
+        .list_servers()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.entry_name.as_deref() == Some("github"))
+        .expect("the wrapped entry's identity is recorded");
+    use gatehouse_vault::Vault;
+    assert_eq!(
+        vault.list(&github.id).unwrap(),
+        vec!["GITHUB_TOKEN".to_string()],
+        "the secret moved into the vault"
     );
     let web = store.get_consent(web).await.unwrap().unwrap();
     assert_eq!(

@@ -114,6 +114,10 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
         let store = config.store.clone();
         config.port = args.port;
         config.vault = probe_vault().await;
+        // Protect from the dashboard writes this binary into wrapped entries.
+        config.gatehouse_exe = std::env::current_exe()
+            .ok()
+            .map(|exe| std::fs::canonicalize(&exe).unwrap_or(exe));
         let mut handle = gatehouse_server::serve(config).await?;
         lock.publish(&handle.control_info())?;
         // The config watcher runs only here, in the one control plane.

@@ -18,6 +18,10 @@ pub struct WrapArgs {
     /// Environment variable names the server may see (comma-separated, repeatable).
     #[arg(long = "pass-env", value_name = "NAMES", value_delimiter = ',')]
     pass_env: Vec<String>,
+    /// Seconds an input request waits for an answer in the dashboard inbox
+    /// before it is declined (keep it under the client's request timeout).
+    #[arg(long = "inbox-timeout", value_name = "SECS", default_value_t = gatehouse_proxy::DEFAULT_INBOX_TIMEOUT.as_secs())]
+    inbox_timeout: u64,
     /// The server command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -48,6 +52,7 @@ pub fn run(args: WrapArgs) -> anyhow::Result<ExitCode> {
             .collect(),
         argv: args.command,
         vault: Some(Arc::new(KeyringVault::new())),
+        inbox_timeout: std::time::Duration::from_secs(args.inbox_timeout.max(1)),
     };
     let code = runtime.block_on(run_wrap(options))?;
     // Exit right away: the child's code is ours.

@@ -430,6 +430,7 @@ fn elicitation_gets_identity_prefix_and_sensitive_fields_are_declined() {
         ..Settings::default()
     };
     let mut r = relay(settings, PinTable::default());
+    r.on_client_frame(init_with(json!({"elicitation": {}})), 0);
     let out = r.on_server_frame(
         line(json!({"jsonrpc":"2.0","id":9,"method":"elicitation/create","params":{"message":"Your name?","requestedSchema":{"type":"object","properties":{"name":{"type":"string"}}}}})),
         0,
@@ -444,6 +445,118 @@ fn elicitation_gets_identity_prefix_and_sensitive_fields_are_declined() {
     );
     assert!(to_client(&out).is_empty());
     assert_eq!(to_server(&out)[0]["result"]["action"], "decline");
+}
+
+fn init_with(capabilities: Value) -> gatehouse_protocol::Frame {
+    line(
+        json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":capabilities,"clientInfo":{"name":"cursor","version":"1"}}}),
+    )
+}
+
+fn inbox(out: &[Output]) -> Vec<&InputRequest> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Inbox(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn elicitation_goes_to_the_inbox_when_the_client_cannot_show_it() {
+    let ask = |id: u64, field: &str| {
+        line(
+            json!({"jsonrpc":"2.0","id":id,"method":"elicitation/create","params":{"message":"Which?","requestedSchema":{"type":"object","properties":{field:{"type":"string"}}}}}),
+        )
+    };
+    // No elicitation capability in initialize: the inbox, naming the client.
+    let mut r = relay(Settings::default(), PinTable::default());
+    let out = r.on_client_frame(init_with(json!({"sampling": {}})), 0);
+    assert_eq!(
+        to_server(&out)[0]["params"]["capabilities"],
+        json!({"sampling": {}, "elicitation": {}}),
+        "the server learns that input requests will be answered (by the inbox)"
+    );
+    let out = r.on_server_frame(ask(4, "city"), 0);
+    assert!(to_client(&out).is_empty(), "the client never sees it");
+    assert!(to_server(&out).is_empty(), "the host answers later");
+    let asked = inbox(&out);
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].id.to_value(), json!(4));
+    assert_eq!(asked[0].client.as_deref(), Some("cursor"));
+    assert_eq!(asked[0].rule, "elicitation.inbox");
+    assert_eq!(
+        asked[0].params["message"], "Which?",
+        "the server's own text, unprefixed"
+    );
+
+    // A capable client still gets a sensitive request in the inbox under `Inbox`.
+    let settings = Settings {
+        sensitive_elicitation: SensitiveElicitation::Inbox,
+        ..Settings::default()
+    };
+    let mut r = relay(settings, PinTable::default());
+    r.on_client_frame(init_with(json!({"elicitation": {}})), 0);
+    let out = r.on_server_frame(ask(5, "apiToken"), 0);
+    assert_eq!(inbox(&out)[0].rule, "elicitation.sensitive_field");
+    let out = r.on_server_frame(ask(6, "city"), 0);
+    assert!(
+        inbox(&out).is_empty(),
+        "ordinary fields go to a capable client"
+    );
+    assert!(to_client(&out)[0]["params"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("Server "));
+
+    // Policy `requests.elicitation = "route"`: the inbox even for a capable client.
+    let settings = Settings {
+        elicitation_inbox: true,
+        ..Settings::default()
+    };
+    let mut r = relay(settings, PinTable::default());
+    r.on_client_frame(init_with(json!({"elicitation": {}})), 0);
+    let out = r.on_server_frame(ask(8, "city"), 0);
+    assert!(to_client(&out).is_empty());
+    assert_eq!(inbox(&out)[0].rule, "requests.elicitation");
+
+    // `Warn` forwards a sensitive request with an alert.
+    let settings = Settings {
+        sensitive_elicitation: SensitiveElicitation::Warn,
+        ..Settings::default()
+    };
+    let mut r = relay(settings, PinTable::default());
+    r.on_client_frame(init_with(json!({"elicitation": {}})), 0);
+    let out = r.on_server_frame(ask(7, "password"), 0);
+    assert_eq!(to_client(&out).len(), 1);
+    assert!(events(&out)
+        .iter()
+        .any(|e| e.kind == "mcp_elicitation_sensitive"));
+}
+
+#[test]
+fn progress_tokens_of_calls_in_flight_are_known() {
+    let mut r = relay(Settings::default(), PinTable::default());
+    r.on_client_frame(init_with(json!({})), 0);
+    r.on_client_frame(
+        line(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"})),
+        0,
+    );
+    r.on_server_frame(
+        line(json!({"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"ask","inputSchema":{"type":"object"}}]}})),
+        0,
+    );
+    let out = r.on_client_frame(
+        line(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ask","arguments":{},"_meta":{"progressToken":"p-2"}}})),
+        0,
+    );
+    assert_eq!(to_server(&out).len(), 1, "the call passes");
+    assert_eq!(r.progress_tokens(), vec![json!("p-2")]);
+    r.on_server_frame(
+        line(json!({"jsonrpc":"2.0","id":2,"result":{"content":[]}})),
+        0,
+    );
+    assert!(r.progress_tokens().is_empty(), "forgotten once answered");
 }
 
 #[test]

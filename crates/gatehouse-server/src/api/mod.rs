@@ -3,6 +3,7 @@
 //! requires a session ([`auth::Authed`]).
 
 pub mod auth;
+pub mod clients;
 pub mod consent;
 pub mod events;
 pub mod inventory;
@@ -40,6 +41,10 @@ pub mod event_types {
     pub const SECRET_SET: &str = "secret_set";
     /// A secret was deleted (name only).
     pub const SECRET_DELETED: &str = "secret_deleted";
+    /// A client's configs were protected from the dashboard.
+    pub const CLIENT_PROTECTED: &str = "client_protected";
+    /// A client's configs were restored from the dashboard.
+    pub const CLIENT_UNPROTECTED: &str = "client_unprotected";
 }
 
 /// Maps store failures to safe API errors.
@@ -94,9 +99,9 @@ pub(crate) fn routes() -> Router<AppState> {
             "/api/vault/{server}/{name}",
             put(vault::set).delete(vault::delete),
         )
-        .route("/api/clients", get(clients))
-        .route("/api/clients/{id}/protect", post(clients_change))
-        .route("/api/clients/{id}/unprotect", post(clients_change))
+        .route("/api/clients", get(clients::list))
+        .route("/api/clients/{id}/protect", post(clients::protect))
+        .route("/api/clients/{id}/unprotect", post(clients::unprotect))
         .route("/api/policy", get(policy::get).put(policy::save))
         .route("/api/policy/validate", post(policy::check))
         .route("/api/policy/generate", post(policy::generate))
@@ -153,47 +158,4 @@ async fn overview(State(state): State<AppState>, _who: auth::Authed) -> ApiResul
         },
         "recent_events": recent.iter().map(|e| events::event_json(e, &names)).collect::<Vec<_>>(),
     })))
-}
-
-/// `GET /api/clients` — AI clients found on this computer, their config
-/// files and servers (secret names only), via gatehouse-clients.
-async fn clients(State(state): State<AppState>, _who: auth::Authed) -> ApiResult<Json<Value>> {
-    let Some(dirs) = state.client_dirs.clone() else {
-        return Ok(Json(json!({ "available": false, "items": [] })));
-    };
-    let found = tokio::task::spawn_blocking(move || gatehouse_clients::detect(&dirs, &[]))
-        .await
-        .map_err(|_| ApiError::internal("client discovery failed"))?;
-    let items: Vec<Value> = found
-        .iter()
-        .map(|c| {
-            let servers: usize = c.files.iter().map(|f| f.servers.len()).sum();
-            let protected: usize = c
-                .files
-                .iter()
-                .flat_map(|f| &f.servers)
-                .filter(|s| s.protected.is_some())
-                .count();
-            json!({
-                "id": c.key,
-                "name": c.name,
-                "files": c.files,
-                "blockers": c.blockers,
-                "reload": c.reload,
-                "servers": servers,
-                "protected_servers": protected,
-                "protected": servers > 0 && protected == servers,
-            })
-        })
-        .collect();
-    Ok(Json(json!({ "available": true, "items": items })))
-}
-
-/// Protecting rewrites config files and moves secrets into the keyring; it
-/// is done by `gatehouse protect` / `unprotect` until the dashboard hosts
-/// the protector.
-async fn clients_change(_who: auth::Authed) -> ApiError {
-    ApiError::Unavailable(
-        "protecting clients from the dashboard (use `gatehouse protect` / `gatehouse unprotect`)",
-    )
 }

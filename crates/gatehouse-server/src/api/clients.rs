@@ -1,0 +1,197 @@
+//! AI clients: discovery, and protect / unprotect through the public API of
+//! `gatehouse-clients` (the same span edits, backups and keyring moves as
+//! `gatehouse protect` / `unprotect`). Needs the client directories, the
+//! `gatehouse` binary wrapped entries launch, and a keyring; without them
+//! the change routes answer `501 unavailable`.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use axum::extract::{Path, State};
+use axum::Json;
+use gatehouse_clients::discover::{all_projects, config_files};
+use gatehouse_clients::protect::{new_server_id, SystemProbe};
+use gatehouse_clients::{ClientError, Options, ProtectedServer, Protector, ServerRegistry};
+use gatehouse_store::{NewServer, Store};
+use serde_json::{json, Value};
+
+use super::auth::Authed;
+use super::event_types;
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+
+/// `GET /api/clients` — AI clients found on this computer, their config
+/// files and servers (secret names only), via gatehouse-clients.
+pub(crate) async fn list(State(state): State<AppState>, _who: Authed) -> ApiResult<Json<Value>> {
+    let Some(dirs) = state.client_dirs.clone() else {
+        return Ok(Json(json!({ "available": false, "items": [] })));
+    };
+    let found = tokio::task::spawn_blocking(move || gatehouse_clients::detect(&dirs, &[]))
+        .await
+        .map_err(|_| ApiError::internal("client discovery failed"))?;
+    let items: Vec<Value> = found
+        .iter()
+        .map(|c| {
+            let servers: usize = c.files.iter().map(|f| f.servers.len()).sum();
+            let protected: usize = c
+                .files
+                .iter()
+                .flat_map(|f| &f.servers)
+                .filter(|s| s.protected.is_some())
+                .count();
+            json!({
+                "id": c.key,
+                "name": c.name,
+                "files": c.files,
+                "blockers": c.blockers,
+                "reload": c.reload,
+                "servers": servers,
+                "protected_servers": protected,
+                "protected": servers > 0 && protected == servers,
+            })
+        })
+        .collect();
+    Ok(Json(
+        json!({ "available": true, "items": items, "can_change": can_change(&state) }),
+    ))
+}
+
+fn can_change(state: &AppState) -> bool {
+    state.client_dirs.is_some() && state.gatehouse_exe.is_some() && state.vault.is_some()
+}
+
+/// `POST /api/clients/{id}/protect`
+pub(crate) async fn protect(
+    State(state): State<AppState>,
+    who: Authed,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    change(state, who, id, false).await
+}
+
+/// `POST /api/clients/{id}/unprotect`
+pub(crate) async fn unprotect(
+    State(state): State<AppState>,
+    who: Authed,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    change(state, who, id, true).await
+}
+
+/// Identities go to the store, where `gatehouse wrap` checks them.
+struct StoreRegistry {
+    store: Store,
+    runtime: tokio::runtime::Handle,
+    now_ms: i64,
+}
+
+impl ServerRegistry for StoreRegistry {
+    fn register(&self, s: &ProtectedServer) -> Result<(), ClientError> {
+        let server = NewServer {
+            id: s.id.clone(),
+            display_name: s.entry_name.clone(),
+            client: s.client.clone(),
+            config_path: s.config_path.clone(),
+            scope: s.scope.clone(),
+            entry_name: s.entry_name.clone(),
+            command_hash: s.launch_hash.clone(),
+            argv_json: serde_json::to_string(&s.argv)
+                .map_err(|e| ClientError::State(e.to_string()))?,
+            cwd: s.cwd.clone(),
+        };
+        self.runtime
+            .block_on(self.store.register_protected_server(&server, self.now_ms))
+            .map_err(|e| ClientError::State(format!("recording server {}: {e}", s.id)))
+    }
+}
+
+async fn change(state: AppState, who: Authed, id: String, undo: bool) -> ApiResult<Json<Value>> {
+    let (Some(dirs), Some(exe), Some(vault)) = (
+        state.client_dirs.clone(),
+        state.gatehouse_exe.clone(),
+        state.vault.clone(),
+    ) else {
+        return Err(ApiError::Unavailable(
+            "protecting clients from here (no keyring or no gatehouse binary; use `gatehouse protect` / `gatehouse unprotect`)",
+        ));
+    };
+    let spec = gatehouse_clients::client(&id).ok_or(ApiError::NotFound("client"))?;
+    let home: PathBuf = std::path::absolute(&state.home).unwrap_or_else(|_| state.home.clone());
+    let registry = StoreRegistry {
+        store: state.store.clone(),
+        runtime: tokio::runtime::Handle::current(),
+        now_ms: state.now_ms(),
+    };
+    let stamp = (state.now_ms() / 1000).to_string();
+    let files = tokio::task::spawn_blocking(move || {
+        let protector = Protector {
+            gatehouse_home: home,
+            exe,
+            vault: vault.as_ref(),
+            registry: &registry,
+            processes: &SystemProbe,
+            ids: Mutex::new(Box::new(new_server_id)),
+            stamp,
+        };
+        // Git-tracked project files need the CLI's explicit `--yes`.
+        let opts = Options {
+            dry_run: false,
+            yes: undo,
+            repair: false,
+        };
+        let projects = all_projects(&dirs, &[]);
+        config_files(spec, &dirs, &projects)
+            .iter()
+            .map(|f| {
+                let result = if undo {
+                    protector.unprotect_file(f, &opts)
+                } else {
+                    protector.protect_file(f, &opts)
+                };
+                match result {
+                    Ok(r) => json!({
+                        "path": r.path,
+                        "changed": r.changed,
+                        "entries": r.entries,
+                        "skipped": r.skipped.iter().map(|(name, why)| json!({"name": name, "why": why})).collect::<Vec<_>>(),
+                        "notes": r.notes,
+                        "error": null,
+                    }),
+                    // Errors name files and positions, never values.
+                    Err(e) => json!({ "path": f.path, "changed": false, "entries": [], "skipped": [], "notes": [], "error": e.to_string() }),
+                }
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .map_err(|_| ApiError::internal("protect task failed"))?;
+    let changed: usize = files
+        .iter()
+        .filter_map(|f| f["entries"].as_array())
+        .map(Vec::len)
+        .sum();
+    let ok = files.iter().all(|f| f["error"].is_null());
+    let verb = if undo { "unprotected" } else { "protected" };
+    state
+        .record(
+            if undo {
+                event_types::CLIENT_UNPROTECTED
+            } else {
+                event_types::CLIENT_PROTECTED
+            },
+            None,
+            None,
+            &format!(
+                "{} {verb} from the dashboard: {changed} server entr{} in {} file(s){}",
+                spec.name,
+                if changed == 1 { "y" } else { "ies" },
+                files.len(),
+                if ok { "" } else { "; some files failed" }
+            ),
+            &who.session_id,
+        )
+        .await;
+    Ok(Json(
+        json!({ "client": spec.key, "ok": ok, "files": files }),
+    ))
+}
