@@ -79,6 +79,18 @@ impl Peers {
         self.dir.join("venv/bin/python")
     }
 
+    /// The real Claude Code CLI (`@anthropic-ai/claude-code`, a native
+    /// binary); panics with the install command when missing.
+    pub fn claude(&self) -> PathBuf {
+        let p = self.dir.join("npm/node_modules/.bin/claude");
+        assert!(
+            p.exists(),
+            "end-to-end peer missing: {} — run scripts/install-peers.sh",
+            p.display()
+        );
+        p
+    }
+
     /// server-everything's entry point (run with `node`).
     pub fn everything(&self) -> PathBuf {
         self.dir

@@ -816,3 +816,256 @@ fn the_control_plane_reports_an_added_server_within_two_seconds_and_never_fights
         "one report per client write at most, no loop: {reports}"
     );
 }
+
+const CC_USER_TOKEN: &str = "ghp_ClaudeCodeUserCanary0123456789abcdef";
+const CC_LOCAL_KEY: &str = "sk-ClaudeCodeLocalCanary0123456789abcdef";
+
+/// `~/.claude.json`'s server entries: (section, name) → entry.
+fn claude_entries(path: &Path) -> Vec<(String, String, Value)> {
+    let root: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut out = Vec::new();
+    let mut add = |section: &str, map: Option<&Value>| {
+        for (name, v) in map.and_then(Value::as_object).into_iter().flatten() {
+            out.push((section.to_owned(), name.clone(), v.clone()));
+        }
+    };
+    add("user", root.get("mcpServers"));
+    for (p, section) in root["projects"].as_object().into_iter().flatten() {
+        add(p, section.get("mcpServers"));
+    }
+    // remove + add-json moves an entry to the end of its map.
+    out.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    out
+}
+
+/// A real Claude Code process: `claude mcp serve` (Claude Code's own MCP
+/// server mode) runs until its stdin closes, needs no login, and is a
+/// process named `claude` — exactly what protect's process probe looks for
+/// (`/proc/PID/comm`). Killed on drop.
+struct RunningClaudeCode(std::process::Child);
+
+impl RunningClaudeCode {
+    fn start(claude: &Path, sb: &Sandbox, cwd: &Path) -> Self {
+        let child = Command::new(claude)
+            .args(["mcp", "serve"])
+            .envs(sb.envs())
+            .env("DISABLE_AUTOUPDATER", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start claude mcp serve");
+        let pid = child.id();
+        wait_until(
+            "Claude Code runs as `claude`",
+            Duration::from_secs(10),
+            || {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "claude")
+            },
+        );
+        RunningClaudeCode(child)
+    }
+}
+
+impl Drop for RunningClaudeCode {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// While a real Claude Code runs, protect and unprotect change
+/// `~/.claude.json`'s user- and local-scope entries through the real
+/// `claude mcp remove` / `add-json` (from npm), never with a secret on any
+/// CLI's argv; without the CLI on PATH they refuse (or wait with `--wait`).
+#[test]
+#[cfg(target_os = "linux")]
+fn claude_code_running_entries_change_through_its_own_cli() {
+    if !keyring_available("claude_code_running_entries_change_through_its_own_cli") {
+        return;
+    }
+    let peers = Peers::locate();
+    let claude = peers.claude();
+    let sb = Sandbox::new();
+    let home = sb.user_home();
+    let project = std::fs::canonicalize(sb.path()).unwrap().join("proj");
+    std::fs::create_dir_all(&project).unwrap();
+    let config = home.join(".claude.json");
+    let original = json!({
+        "numStartups": 3,
+        "mcpServers": {
+            "memory": {"type": "stdio", "command": "npx", "args": ["-y", "@modelcontextprotocol/server-memory"],
+                       "env": {"GITHUB_TOKEN": CC_USER_TOKEN}},
+            "remote": {"type": "http", "url": "https://mcp.example.com/mcp"}
+        },
+        "projects": {
+            project.display().to_string(): {
+                "allowedTools": [],
+                "mcpServers": {
+                    "api": {"type": "stdio", "command": "uvx", "args": ["api-mcp", "--api-key", CC_LOCAL_KEY]}
+                },
+                "hasTrustDialogAccepted": true
+            }
+        },
+        "userID": "abc"
+    });
+    write(&config, &serde_json::to_string_pretty(&original).unwrap());
+    let before_entries = claude_entries(&config);
+
+    // The probe's view of "running" is real: a Claude Code process named `claude`.
+    let _running = RunningClaudeCode::start(&claude, &sb, &project);
+
+    // Claude Code's CLI is not on PATH: refuse at once, and with --wait 1
+    // after about a second; nothing written, no secret moved.
+    let bare_path = "/usr/bin:/bin";
+    let run = |path: &str, args: &[&str]| {
+        let out = Command::new(gatehouse_bin())
+            .args(args)
+            .envs(sb.envs())
+            .env("PATH", path)
+            .output()
+            .expect("run gatehouse");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for c in [CC_USER_TOKEN, CC_LOCAL_KEY] {
+            assert!(
+                !text.contains(c),
+                "gatehouse {args:?} printed a secret:\n{text}"
+            );
+        }
+        (out.status.code(), text)
+    };
+    let (code, text) = run(bare_path, &["protect", "claude-code"]);
+    assert_eq!(code, Some(2), "refused without the CLI:\n{text}");
+    assert!(
+        text.contains("Claude Code is running") && text.contains("--wait"),
+        "the refusal says why and what to do:\n{text}"
+    );
+    let started = std::time::Instant::now();
+    let (code, text) = run(bare_path, &["protect", "claude-code", "--wait", "1"]);
+    assert_eq!(code, Some(2), "still running after --wait 1:\n{text}");
+    assert!(text.contains("waited 1s"), "{text}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "--wait 1 waited"
+    );
+    // The running Claude Code writes its own state into the file (the very
+    // hazard); the entries are what Gatehouse must not have touched.
+    assert_eq!(
+        claude_entries(&config),
+        before_entries,
+        "no entry changed while Claude Code runs and its CLI is absent"
+    );
+    assert!(
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .contains(CC_USER_TOKEN),
+        "no secret was moved"
+    );
+
+    // With the CLI on PATH. A logging wrapper records each call's argv and
+    // execs the real binary, so the test can see what `ps` would show.
+    let bin = sb.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let argv_log = sb.path().join("claude-argv.log");
+    let wrapper = bin.join("claude");
+    write(
+        &wrapper,
+        &format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
+            argv_log.display(),
+            claude.display()
+        ),
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let with_cli = format!("{}:{bare_path}", bin.display());
+    let (code, text) = run(&with_cli, &["protect", "claude-code"]);
+    assert_eq!(code, Some(0), "protect through the CLI:\n{text}");
+    assert!(text.contains("through its own CLI"), "{text}");
+    let calls = std::fs::read_to_string(&argv_log).unwrap();
+    for (want, why) in [
+        ("mcp remove memory -s user", "user scope"),
+        ("mcp add-json memory - -s user", "user scope, JSON on stdin"),
+        (
+            "mcp remove api -s local",
+            "local scope (run in the project)",
+        ),
+        ("mcp add-json api - -s local", "local scope, JSON on stdin"),
+    ] {
+        assert!(
+            calls.lines().any(|l| l == want),
+            "{why}: `{want}` in\n{calls}"
+        );
+    }
+    let protected = std::fs::read_to_string(&config).unwrap();
+    for c in [CC_USER_TOKEN, CC_LOCAL_KEY] {
+        assert!(
+            !protected.contains(c),
+            "a secret is still in ~/.claude.json"
+        );
+    }
+    let root: Value = serde_json::from_str(&protected).unwrap();
+    assert_eq!(root["numStartups"], 3, "other keys kept");
+    assert_eq!(root["userID"], "abc");
+    assert_eq!(
+        root["mcpServers"]["remote"], original["mcpServers"]["remote"],
+        "remote entries are not touched"
+    );
+    let gh = gatehouse_bin().display().to_string();
+    for entry in [
+        &root["mcpServers"]["memory"],
+        &root["projects"][project.display().to_string()]["mcpServers"]["api"],
+    ] {
+        assert_eq!(entry["command"], gh.as_str(), "wrapped: {entry}");
+        assert_eq!(entry["args"][0], "wrap", "wrapped: {entry}");
+    }
+    assert_eq!(
+        root["mcpServers"]["memory"]["env"]["GITHUB_TOKEN"], "{{vault:GITHUB_TOKEN}}",
+        "the env secret moved to the keyring"
+    );
+    // What `gatehouse clients` and wrap's identity check read.
+    let listing = String::from_utf8_lossy(&gatehouse(&sb, &["clients"]).stdout).into_owned();
+    assert_eq!(
+        listing.matches("protected (srv_").count(),
+        2,
+        "both entries count as protected:\n{listing}"
+    );
+
+    // Unprotect through the CLI: the original entries come back (the CLI
+    // rewrites the whole file, so entries — not bytes — are compared), the
+    // secrets travel on stdin only.
+    let (code, text) = run(&with_cli, &["unprotect", "claude-code"]);
+    assert_eq!(code, Some(0), "unprotect through the CLI:\n{text}");
+    assert_eq!(
+        claude_entries(&config),
+        before_entries,
+        "every entry is restored as it was, secrets included"
+    );
+    let calls = std::fs::read_to_string(&argv_log).unwrap();
+    assert!(
+        calls.lines().filter(|l| l.contains("add-json")).count() >= 4,
+        "{calls}"
+    );
+    for c in [CC_USER_TOKEN, CC_LOCAL_KEY] {
+        assert!(
+            !calls.contains(c),
+            "a secret reached a CLI's argv:\n{calls}"
+        );
+    }
+    let state =
+        std::fs::read_to_string(sb.gatehouse_home().join("clients/state.json")).unwrap_or_default();
+    assert!(
+        !state.contains("srv_"),
+        "no protected server left recorded:\n{state}"
+    );
+}

@@ -2,13 +2,15 @@
 //! ([`table::CLIENTS`]), discovery ([`discover::detect`]), protect /
 //! unprotect / repair as span edits that keep everything Gatehouse does not
 //! own ([`protect::Protector`], [`doc::ConfigDoc`]), backups and identity
-//! records ([`state`]), and the config watcher the control plane hosts
+//! records ([`state`]), changes made through a running client's own CLI
+//! ([`client_cli`]), and the config watcher the control plane hosts
 //! ([`watch`]).
 //!
 //! **Invariant:** a config is only ever changed by an atomic, verified write
 //! of a span-edited copy of its current text; a file that does not parse is
 //! never written; secret values never reach backups, diffs, state or errors.
 
+pub mod client_cli;
 pub mod discover;
 pub mod doc;
 pub mod entry;

@@ -4,11 +4,13 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use gatehouse_protocol::identity::launch_command_hash;
 use gatehouse_vault::placeholder::find_placeholders;
 use gatehouse_vault::{Secret, Vault};
 
+use crate::client_cli::{entry_changes, ClaudeCli, CliFailure};
 use crate::discover::ConfigFile;
 use crate::doc::{requote, ConfigDoc, UnwrapPlan};
 use crate::entry::{is_gatehouse_exe, plan_entry, EntryKind, EntryPlan, EntryView};
@@ -93,6 +95,32 @@ pub struct Options {
     pub yes: bool,
     /// Point wrapped entries at the current binary.
     pub repair: bool,
+    /// How long to wait for a client that rewrites its own file (Claude
+    /// Code, Claude Desktop) to quit before refusing (`--wait SECS`); zero
+    /// refuses at once. Not used when `client_cli` is set.
+    pub wait: Duration,
+    /// The client's own CLI (`ClientSpec::own_cli`, resolved on `PATH` by
+    /// the caller): while the client runs, its entries are changed through
+    /// it instead of by writing the file.
+    pub client_cli: Option<PathBuf>,
+}
+
+/// How a file whose client may be running gets written.
+enum Route {
+    /// Write the file (the client is not running).
+    File,
+    /// Through the client's own CLI.
+    Cli(PathBuf),
+    /// The client quit while we waited: read the file again and start over.
+    Again,
+}
+
+/// How often `--wait` looks whether the client still runs.
+const WAIT_POLL: Duration = Duration::from_millis(250);
+
+/// `wait` from now (a year at most, so a huge `--wait` cannot overflow).
+fn deadline(wait: Duration) -> Instant {
+    Instant::now() + wait.min(Duration::from_secs(365 * 24 * 3600))
 }
 
 /// What happened to one file.
@@ -245,12 +273,90 @@ impl Protector<'_> {
             && self.processes.running(file.client.process_names)
     }
 
+    /// Decides how to change a file whose client may run: write it, go
+    /// through the client's CLI, or wait (until `deadline`) for the client
+    /// to quit; refuses when it still runs.
+    fn route(
+        &self,
+        file: &ConfigFile,
+        opts: &Options,
+        deadline: Instant,
+        verb: &str,
+    ) -> Result<Route, ClientError> {
+        if !self.owner_running(file) {
+            return Ok(Route::File);
+        }
+        if let (Some(cli), Some(_)) = (&opts.client_cli, file.client.own_cli) {
+            return Ok(Route::Cli(cli.clone()));
+        }
+        while Instant::now() < deadline {
+            std::thread::sleep(WAIT_POLL.min(deadline.saturating_duration_since(Instant::now())));
+            if !self.owner_running(file) {
+                return Ok(Route::Again);
+            }
+        }
+        let cli_hint = file.client.own_cli.map_or(String::new(), |c| {
+            format!(", or put its `{c}` CLI on PATH so Gatehouse changes the entries through it")
+        });
+        let waited = if opts.wait.is_zero() {
+            String::new()
+        } else {
+            format!(" (waited {}s)", opts.wait.as_secs())
+        };
+        Err(ClientError::Refused(format!(
+            "{} is running{waited} and rewrites {} itself; quit it (all sessions) and run {verb} again, \
+             or pass --wait SECS to wait for it{cli_hint}",
+            file.client.name,
+            file.path.display()
+        )))
+    }
+
+    /// Applies the entry-level difference `old` → `new` through the
+    /// client's CLI.
+    fn through_cli(
+        &self,
+        file: &ConfigFile,
+        cli: &Path,
+        old: &str,
+        new: &str,
+    ) -> Result<Vec<String>, CliFailure> {
+        let changes =
+            entry_changes(&file.path, old, new, file.client.servers_key).map_err(|error| {
+                CliFailure {
+                    error,
+                    rolled_back: true,
+                }
+            })?;
+        let mut notes = ClaudeCli {
+            exe: cli,
+            config: &file.path,
+            servers_key: file.client.servers_key,
+        }
+        .apply(&changes)?;
+        notes.push(format!(
+            "{} is running: the entries were changed through its own CLI (`{} mcp remove` / `add-json`, \
+             the JSON on stdin); its sessions see them after a restart",
+            file.client.name,
+            file.client.own_cli.unwrap_or("?")
+        ));
+        Ok(notes)
+    }
+
     /// Wraps every wrappable stdio entry of `file` (and with `repair`,
     /// repoints existing wrappers at the current binary).
     pub fn protect_file(
         &self,
         file: &ConfigFile,
         opts: &Options,
+    ) -> Result<FileReport, ClientError> {
+        self.protect_until(file, opts, deadline(opts.wait))
+    }
+
+    fn protect_until(
+        &self,
+        file: &ConfigFile,
+        opts: &Options,
+        deadline: Instant,
     ) -> Result<FileReport, ClientError> {
         let mut report = FileReport {
             path: file.path.clone(),
@@ -344,13 +450,11 @@ impl Protector<'_> {
                 file.path.display()
             )));
         }
-        if self.owner_running(file) {
-            return Err(ClientError::Refused(format!(
-                "{} is running and rewrites {} itself; quit it (all sessions) and run protect again",
-                file.client.name,
-                file.path.display()
-            )));
-        }
+        let cli = match self.route(file, opts, deadline, "protect")? {
+            Route::File => None,
+            Route::Cli(cli) => Some(cli),
+            Route::Again => return self.protect_until(file, opts, deadline),
+        };
         // Secrets first: if the keyring is unavailable nothing is written.
         let mut stored: Vec<(&str, &str)> = Vec::new();
         for (_, plan) in &plans {
@@ -368,30 +472,38 @@ impl Protector<'_> {
             let state = self.state().load()?;
             let backup = self.make_backup(file, &original, &new_text, &rewrite.splices);
             let rel = self.state().write_backup(&backup, &self.stamp)?;
+            if let Some(cli) = &cli {
+                let notes = self.through_cli(file, cli, &original, &new_text)?;
+                return Ok((state, rel, notes));
+            }
             let _lock = file
                 .client
                 .lock_suffix
                 .map(|s| DirLock::acquire(&file.path, s))
                 .transpose()?;
             atomic_write(&file.path, &original, &new_text)?;
-            Ok::<_, ClientError>((state, rel))
+            Ok::<_, CliFailure>((state, rel, vec![]))
         })();
-        let (mut state, rel) = match written {
+        let (mut state, rel, cli_notes) = match written {
             Ok(v) => v,
-            Err(e) => {
-                // Unless the rename happened (Verify), the file is unchanged:
-                // take the moved secrets back out of the keyring.
-                if !matches!(e, ClientError::Verify { .. }) {
+            Err(CliFailure { error, rolled_back }) => {
+                // Unless the rename happened (Verify) or the CLI could not
+                // undo its steps, the file is unchanged: take the moved
+                // secrets back out of the keyring.
+                if rolled_back && !matches!(error, ClientError::Verify { .. }) {
                     for (id, n) in &stored {
                         let _ = self.vault.delete(id, n);
                     }
                 }
-                return Err(e);
+                return Err(error);
             }
         };
+        report.notes.extend(cli_notes);
         let key = file_key(&file.path);
         let previous = state.files.get(&key).cloned();
-        let byte_restorable = !had_wrapped && previous.is_none();
+        // Through the CLI the client rewrote the whole file: unprotect
+        // restores the entries, not the bytes.
+        let byte_restorable = !had_wrapped && previous.is_none() && cli.is_none();
         state.files.insert(
             key,
             FileState {
@@ -493,6 +605,15 @@ impl Protector<'_> {
         file: &ConfigFile,
         opts: &Options,
     ) -> Result<FileReport, ClientError> {
+        self.unprotect_until(file, opts, deadline(opts.wait))
+    }
+
+    fn unprotect_until(
+        &self,
+        file: &ConfigFile,
+        opts: &Options,
+        deadline: Instant,
+    ) -> Result<FileReport, ClientError> {
         let mut report = FileReport {
             path: file.path.clone(),
             client: file.client.key.into(),
@@ -560,20 +681,24 @@ impl Protector<'_> {
             report.diff = Some(redacted_diff(&file.path, &current, &new_text, &[]));
             return Ok(report);
         }
-        if self.owner_running(file) {
-            return Err(ClientError::Refused(format!(
-                "{} is running and rewrites {} itself; quit it and run unprotect again",
-                file.client.name,
-                file.path.display()
-            )));
+        match self.route(file, opts, deadline, "unprotect")? {
+            Route::File => {
+                let lock = file
+                    .client
+                    .lock_suffix
+                    .map(|s| DirLock::acquire(&file.path, s))
+                    .transpose()?;
+                atomic_write(&file.path, &current, &new_text)?;
+                drop(lock);
+            }
+            Route::Cli(cli) => {
+                let notes = self
+                    .through_cli(file, &cli, &current, &new_text)
+                    .map_err(|f| f.error)?;
+                report.notes.extend(notes);
+            }
+            Route::Again => return self.unprotect_until(file, opts, deadline),
         }
-        let lock = file
-            .client
-            .lock_suffix
-            .map(|s| DirLock::acquire(&file.path, s))
-            .transpose()?;
-        atomic_write(&file.path, &current, &new_text)?;
-        drop(lock);
         for id in &ids {
             for name in self.vault.list(id).unwrap_or_default() {
                 let _ = self.vault.delete(id, &name);

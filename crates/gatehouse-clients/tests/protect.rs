@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use gatehouse_clients::discover::{all_projects, config_files, ConfigFile};
 use gatehouse_clients::entry::parse_wrap;
-use gatehouse_clients::protect::{FixedProbe, NoRegistry, Options, Protector};
+use gatehouse_clients::protect::{FixedProbe, NoRegistry, Options, ProcessProbe, Protector};
 use gatehouse_clients::state::StateDir;
 use gatehouse_clients::{detect, ClientError, HomeDirs, Os, CLIENTS};
 use gatehouse_vault::{MemoryVault, Vault};
@@ -456,6 +456,67 @@ fn claude_code_running_blocks_writing_its_state_file() {
         "got {err}"
     );
     assert_eq!(read(&file.path), before);
+}
+
+/// Claude Code "runs" for the first `n` looks, then has quit.
+struct QuitsAfter(AtomicUsize);
+
+impl ProcessProbe for QuitsAfter {
+    fn running(&self, names: &[&str]) -> bool {
+        names.contains(&"claude")
+            && self
+                .0
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+    }
+}
+
+#[test]
+fn wait_writes_once_claude_code_has_quit_and_refuses_when_it_never_does() {
+    let claude_file = |fx: &Fixture| {
+        fx.files()
+            .into_iter()
+            .find(|f| f.client.key == "claude-code" && f.project.is_none())
+            .unwrap()
+    };
+    // Never quits: --wait bounds the wait, then the clear refusal.
+    let mut fx = Fixture::new("linux-all");
+    fx.probe = FixedProbe(vec!["claude".into()]);
+    let file = claude_file(&fx);
+    let before = read(&file.path);
+    let opts = Options {
+        wait: std::time::Duration::from_millis(600),
+        ..Options::default()
+    };
+    let started = std::time::Instant::now();
+    let err = fx.protector().protect_file(&file, &opts).unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_millis(600)
+            && waited < std::time::Duration::from_secs(5),
+        "waited {waited:?} for a wait of 600 ms"
+    );
+    assert!(
+        err.to_string().contains("Claude Code is running") && err.to_string().contains("--wait"),
+        "got {err}"
+    );
+    assert_eq!(read(&file.path), before, "nothing written");
+    assert!(fx.vault.is_empty(), "no secret moved before the refusal");
+
+    // Quits after three looks: protect goes on with a fresh read.
+    let fx = Fixture::new("linux-all");
+    let file = claude_file(&fx);
+    let probe = QuitsAfter(AtomicUsize::new(3));
+    let mut p = fx.protector();
+    p.processes = &probe;
+    let opts = Options {
+        wait: std::time::Duration::from_secs(10),
+        ..Options::default()
+    };
+    let report = p.protect_file(&file, &opts).unwrap();
+    assert!(report.changed, "written once Claude Code quit");
+    assert!(!read(&file.path).contains("sntrys_Canary"), "secret moved");
+    p.unprotect_file(&file, &Options::default()).unwrap();
 }
 
 #[test]

@@ -44,6 +44,11 @@ pub struct ProtectArgs {
     /// Point already wrapped entries at this gatehouse binary.
     #[arg(long)]
     repair: bool,
+    /// While a client that rewrites its own config runs (Claude Code, Claude
+    /// Desktop) and its own CLI is not on PATH: wait up to SECS for it to quit
+    /// (0: refuse at once). Claude Code's `claude` CLI on PATH is used instead.
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    wait: u64,
     /// GATEHOUSE_HOME to use (and to write into wrapped entries).
     #[arg(long, value_name = "DIR")]
     home: Option<PathBuf>,
@@ -62,6 +67,11 @@ pub struct UnprotectArgs {
     /// Also restore this project's config files (repeatable).
     #[arg(long = "project", value_name = "DIR")]
     projects: Vec<PathBuf>,
+    /// While a client that rewrites its own config runs (Claude Code, Claude
+    /// Desktop) and its own CLI is not on PATH: wait up to SECS for it to quit
+    /// (0: refuse at once). Claude Code's `claude` CLI on PATH is used instead.
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    wait: u64,
     /// GATEHOUSE_HOME to use.
     #[arg(long, value_name = "DIR")]
     home: Option<PathBuf>,
@@ -249,6 +259,13 @@ fn run_files(
             continue;
         }
         outln!("{} ({})", client.name, client.key);
+        let opts = Options {
+            client_cli: client
+                .own_cli
+                .and_then(gatehouse_clients::client_cli::find_on_path),
+            ..opts.clone()
+        };
+        let opts = &opts;
         for f in &files {
             let result = if unprotect {
                 protector.unprotect_file(f, opts)
@@ -348,6 +365,8 @@ pub fn run_protect(args: ProtectArgs) -> anyhow::Result<ExitCode> {
         dry_run: args.dry_run,
         yes: args.yes,
         repair: args.repair,
+        wait: std::time::Duration::from_secs(args.wait),
+        client_cli: None,
     };
     run_files(&clients, &args.projects, args.home.as_deref(), &opts, false)
 }
@@ -358,6 +377,8 @@ pub fn run_unprotect(args: UnprotectArgs) -> anyhow::Result<ExitCode> {
         dry_run: args.dry_run,
         yes: true,
         repair: false,
+        wait: std::time::Duration::from_secs(args.wait),
+        client_cli: None,
     };
     run_files(&clients, &args.projects, args.home.as_deref(), &opts, true)
 }
