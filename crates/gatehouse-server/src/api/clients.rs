@@ -134,10 +134,16 @@ async fn change(state: AppState, who: Authed, id: String, undo: bool) -> ApiResu
             stamp,
         };
         // Git-tracked project files need the CLI's explicit `--yes`.
+        // A running Claude Code is changed through its own CLI when present;
+        // otherwise refused at once (a request does not wait for a client to quit).
         let opts = Options {
             dry_run: false,
             yes: undo,
             repair: false,
+            wait: std::time::Duration::ZERO,
+            client_cli: spec
+                .own_cli
+                .and_then(gatehouse_clients::client_cli::find_on_path),
         };
         let projects = all_projects(&dirs, &[]);
         config_files(spec, &dirs, &projects)
