@@ -50,7 +50,7 @@ pub struct Started {
 /// Starts everything the shell needs.
 pub fn start() -> Result<Started, StartError> {
     let home = gatehouse_store::home::resolve(None);
-    install_launcher();
+    let launcher = install_launcher();
     let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
     let mut store: Option<Store> = None;
     let control = match control::acquire(&home).map_err(|e| StartError::Control {
@@ -58,19 +58,31 @@ pub fn start() -> Result<Started, StartError> {
         reason: e.to_string(),
     })? {
         Acquired::Mine(mut lock) => {
-            let (handle, opened) = tauri::async_runtime::block_on(async {
+            let (handle, opened, watcher) = tauri::async_runtime::block_on(async {
                 // opens (and migrates) the shared database, loads the install
                 // key and enables client discovery for the dashboard
-                let config = ServerConfig::open(home.clone())
+                let mut config = ServerConfig::open(home.clone())
                     .await
                     .map_err(|e| e.to_string())?;
                 let store = config.store.clone();
+                // Protect from the dashboard writes the stable launcher into
+                // wrapped entries, and moves secrets into the keyring.
+                config.gatehouse_exe = launcher;
+                config.vault = gatehouse_server::probe_keyring().await;
                 let handle = gatehouse_server::serve(config)
                     .await
                     .map_err(|e| e.to_string())?;
-                Ok::<_, String>((handle, store))
+                // The config watcher runs only in the one control plane.
+                let watcher = gatehouse_server::config_watch::start(&home, store.clone(), &[])
+                    .map_err(|e| tracing::warn!(error = %e, "config watcher not started"))
+                    .ok()
+                    .flatten();
+                Ok::<_, String>((handle, store, watcher))
             })
             .map_err(StartError::Serve)?;
+            if let Some(watcher) = watcher {
+                keep.push(Box::new(watcher));
+            }
             store = Some(opened);
             lock.publish(&handle.control_info())
                 .map_err(|e| StartError::Serve(e.to_string()))?;
@@ -114,17 +126,25 @@ pub fn start() -> Result<Started, StartError> {
     })
 }
 
-fn install_launcher() {
+/// Installs the stable `gatehouse` launcher; returns its path (what wrapped
+/// entries run).
+fn install_launcher() -> Option<PathBuf> {
     let os = launcher::Os::current();
     let env = launcher::Env::from_process();
     let (Some(dir), Ok(exe)) = (launcher::launcher_dir(os, &env), std::env::current_exe()) else {
         tracing::warn!("no launcher directory (HOME unset?); wrapped configs keep their old paths");
-        return;
+        return None;
     };
     let target = launcher::stable_target(os, &exe, &env);
     match launcher::install(&dir, os, &target) {
-        Ok((path, what)) => tracing::info!(path = %path.display(), ?what, "launcher"),
-        Err(e) => tracing::warn!(error = %e, dir = %dir.display(), "launcher not installed"),
+        Ok((path, what)) => {
+            tracing::info!(path = %path.display(), ?what, "launcher");
+            Some(path)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, dir = %dir.display(), "launcher not installed");
+            None
+        }
     }
 }
 

@@ -231,6 +231,24 @@ impl AppState {
 
 /// `/signin#t=<token>`: the token rides in the fragment, which browsers
 /// never send to servers or in `Referer`.
+/// The OS keyring for the dashboard's Secrets page and protect, when it
+/// answers within 2 s; `None` (said on stderr) otherwise.
+pub async fn probe_keyring() -> Option<Arc<dyn gatehouse_vault::Vault>> {
+    let probe = tokio::task::spawn_blocking(|| {
+        let vault =
+            gatehouse_vault::KeyringVault::new().with_timeout(std::time::Duration::from_secs(2));
+        vault.probe().map(|_| vault)
+    });
+    match probe.await {
+        Ok(Ok(vault)) => Some(Arc::new(vault)),
+        Ok(Err(e)) => {
+            eprintln!("gatehouse: secrets are unavailable in the dashboard: {e}");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
 pub fn signin_path(token: &str) -> String {
     format!("/signin#t={token}")
 }

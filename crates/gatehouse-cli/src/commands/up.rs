@@ -6,7 +6,6 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -113,7 +112,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
         let mut config = ServerConfig::open(home.clone()).await?;
         let store = config.store.clone();
         config.port = args.port;
-        config.vault = probe_vault().await;
+        config.vault = gatehouse_server::probe_keyring().await;
         // Protect from the dashboard writes this binary into wrapped entries.
         config.gatehouse_exe = std::env::current_exe()
             .ok()
@@ -146,21 +145,6 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The OS keyring, if it answers within two seconds; else secrets are unavailable.
-async fn probe_vault() -> Option<Arc<dyn gatehouse_vault::Vault>> {
-    let probe = tokio::task::spawn_blocking(|| {
-        let vault = gatehouse_vault::KeyringVault::new().with_timeout(Duration::from_secs(2));
-        vault.probe().map(|_| vault)
-    });
-    match probe.await {
-        Ok(Ok(vault)) => Some(Arc::new(vault)),
-        Ok(Err(e)) => {
-            eprintln!("gatehouse: secrets are unavailable in the dashboard: {e}");
-            None
-        }
-        Err(_) => None,
-    }
-}
-
 async fn shutdown_signal() {
     #[cfg(unix)]
     {
