@@ -563,3 +563,62 @@ fn unopenable_database_relays_by_default_and_blocks_calls_when_fail_closed() {
         d.quit();
     }
 }
+
+/// `gatehouse policy generate`: after a session, the observed server and its
+/// approved tools (with content hashes) become a locked policy that
+/// validates, keeps the server working, and refuses a server it never saw.
+#[test]
+fn generated_policy_locks_down_to_what_was_observed() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let fastmcp = peers.py_server("fastmcp_server.py", &[]);
+    let argv = sb.wrap_argv("fastmcp", &[], &fastmcp);
+    let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
+    assert!(!d.list_tools().is_empty());
+    d.quit();
+
+    let out_file = sb.path().join("locked.toml");
+    let out = sb.gatehouse(&[
+        "policy",
+        "generate",
+        "--since",
+        "1h",
+        "--output",
+        out_file.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    assert!(
+        text.contains("\"fastmcp\"") && text.contains("tool = \"add\"") && text.contains("sha256:"),
+        "the observed server and its tools with hashes: {text}"
+    );
+    let again = sb.gatehouse(&["policy", "generate", "--output", out_file.to_str().unwrap()]);
+    assert!(
+        !again.status.success(),
+        "an existing file is not overwritten"
+    );
+
+    // In force, the locked policy keeps the observed server working …
+    sb.write_policy(&text);
+    let check = sb.gatehouse(&["policy", "check"]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
+    let r = d.call("add", json!({"a": 40, "b": 2}));
+    assert_eq!(result_text(&r), "42", "an allowed tool with its hash: {r}");
+    d.quit();
+    // … and refuses a server it never saw.
+    let other = sb.wrap_argv("stranger", &[], &fastmcp);
+    let error = refused(&peers, &sb, &other);
+    assert!(
+        error.to_string().contains("server_policy"),
+        "refused by the server allowlist: {error}"
+    );
+}

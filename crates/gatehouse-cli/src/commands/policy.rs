@@ -22,6 +22,20 @@ pub enum PolicyCommand {
         #[arg(long)]
         home: Option<PathBuf>,
     },
+    /// Print a locked-down policy generated from what was observed: servers
+    /// and their approved tools (with content hashes) as allowlists,
+    /// rejected or quarantined tools as comments for review.
+    Generate {
+        /// Only servers seen within this age (e.g. `7d`, `12h`).
+        #[arg(long)]
+        since: Option<String>,
+        /// Write it to this file instead of stdout (refuses to overwrite).
+        #[arg(long)]
+        output: Option<PathBuf>,
+        /// Gatehouse home directory (default: $GATEHOUSE_HOME or the per-OS data dir).
+        #[arg(long)]
+        home: Option<PathBuf>,
+    },
     /// Write the commented default policy.toml if there is none.
     Init {
         /// Gatehouse home directory (default: $GATEHOUSE_HOME or the per-OS data dir).
@@ -61,6 +75,11 @@ pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
                 Err(e) => Ok(report(&e)),
             }
         }
+        PolicyCommand::Generate {
+            since,
+            output,
+            home,
+        } => generate(since.as_deref(), output.as_deref(), home.as_deref()),
         PolicyCommand::Init { home } => {
             let home = gatehouse_store::home::resolve(home.as_deref());
             gatehouse_store::home::ensure_private_dir(&home)?;
@@ -73,6 +92,41 @@ pub fn run(cmd: PolicyCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+fn generate(
+    since: Option<&str>,
+    output: Option<&std::path::Path>,
+    home: Option<&std::path::Path>,
+) -> anyhow::Result<ExitCode> {
+    use super::store_access;
+    let since_ms = since
+        .map(|t| store_access::parse_age(t).map(|age| gatehouse_store::now_ms() - age))
+        .transpose()?;
+    let home = store_access::home_dir(home);
+    let mac_key = store_access::mac_key(&home)?;
+    let text = store_access::runtime()?.block_on(async {
+        let store = store_access::open(&home).await?;
+        let text = gatehouse_server::api::policy::locked_policy(&store, &mac_key, since_ms).await?;
+        anyhow::Ok(text)
+    })?;
+    // What it generates must itself be a valid policy.
+    if let Err(e) = gatehouse_config::check_text("generated policy", &text) {
+        anyhow::bail!("the generated policy does not validate (a bug): {e}");
+    }
+    match output {
+        Some(path) => {
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            std::io::Write::write_all(&mut file, text.as_bytes())?;
+            outln!("wrote {}", path.display());
+        }
+        None => out!("{text}"),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_warnings(loaded: &LoadedPolicy) {

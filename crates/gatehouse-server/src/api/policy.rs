@@ -133,22 +133,23 @@ pub(crate) async fn save(
     ))
 }
 
-/// `POST /api/policy/generate` — a locked policy from observed servers and
-/// tools (trusted hashes allowed; rejected/quarantined ones commented out).
-/// Returned for review; it is not saved.
-pub(crate) async fn generate(
-    State(state): State<AppState>,
-    _who: Authed,
-) -> ApiResult<Json<Value>> {
-    let servers = state.store.list_servers().await.map_err(store_err)?;
-    let pins = state
-        .store
-        .all_pins(&state.mac_key)
-        .await
-        .map_err(store_err)?;
+/// A locked policy from what was observed (servers last seen at or after
+/// `since_ms`, all when `None`): each server allowed with its trusted tool
+/// hashes; rejected or quarantined tools listed as comments for review.
+/// Shared by the API and `gatehouse policy generate`.
+pub async fn locked_policy(
+    store: &gatehouse_store::Store,
+    mac_key: &gatehouse_store::MacKey,
+    since_ms: Option<i64>,
+) -> gatehouse_store::Result<String> {
+    let servers = store.list_servers().await?;
+    let pins = store.all_pins(mac_key).await?;
     let mut allowed = Vec::new();
     let mut blocked = Vec::new();
-    for s in &servers {
+    for s in servers
+        .iter()
+        .filter(|s| since_ms.is_none_or(|since| s.last_seen_ms >= since))
+    {
         let name = display_name(s);
         let mut tools = Vec::new();
         for p in pins.iter().filter(|p| p.server_id == s.id && p.mac_valid) {
@@ -162,7 +163,19 @@ pub(crate) async fn generate(
         }
         allowed.push((name, tools));
     }
-    let text = gatehouse_config::generate_locked_policy(&allowed, &blocked);
+    Ok(gatehouse_config::generate_locked_policy(&allowed, &blocked))
+}
+
+/// `POST /api/policy/generate` — a locked policy from observed servers and
+/// tools (trusted hashes allowed; rejected/quarantined ones commented out).
+/// Returned for review; it is not saved.
+pub(crate) async fn generate(
+    State(state): State<AppState>,
+    _who: Authed,
+) -> ApiResult<Json<Value>> {
+    let text = locked_policy(&state.store, &state.mac_key, None)
+        .await
+        .map_err(store_err)?;
     let mut v = validate(&text);
     v["text"] = json!(text);
     Ok(Json(v))
