@@ -1294,14 +1294,24 @@ fn auto_protect_wraps_an_added_server_within_two_seconds_and_gives_up_after_its_
     // The budget (3 per file per hour) already paid for b: two re-protects,
     // then reports only.
     let budget = 3 - 1;
+    // Each write is reviewed once, and every review reports the removal of
+    // a's wrapping: the client writes again only after that report, as a
+    // client reacting to Gatehouse's rewrite would (and never while
+    // Gatehouse is mid-write).
+    let reviews = || -> i64 {
+        sb.events()
+            .iter()
+            .filter(|e| e["type"] == "protection_removed" && e["server"] == a_id.as_str())
+            .map(|e| e["count"].as_i64().unwrap_or(1))
+            .sum()
+    };
     let mut rewrites = 0;
     for _ in 0..5 {
+        let before = reviews();
         save_by_rename(&cursor, &original);
-        if within(Duration::from_millis(1500), || {
-            std::fs::read_to_string(&cursor).unwrap() != original
-        })
-        .is_some()
-        {
+        within(Duration::from_secs(10), || reviews() > before)
+            .expect("each write of the client is reviewed");
+        if std::fs::read_to_string(&cursor).unwrap() != original {
             rewrites += 1;
             assert_eq!(
                 server_id(&cursor, "a").as_deref(),
