@@ -140,6 +140,16 @@ pub fn start(
         policy,
         ..
     } = setup;
+    let auto_on = !StateDir { home: home.clone() }
+        .load()
+        .unwrap_or_default()
+        .auto_protect
+        .is_empty();
+    if auto_on && vault.is_none() {
+        eprintln!(
+            "gatehouse: no OS keyring: auto-protect wraps only servers without secrets until restarted"
+        );
+    }
     let vault: Arc<dyn Vault> = vault.unwrap_or_else(|| Arc::new(NoKeyring));
     let watcher = ConfigWatcher::start(&paths, policy, move |path, handle| {
         let Some(file) = files.iter().find(|f| resolve_target(&f.path) == path) else {
