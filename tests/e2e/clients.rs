@@ -1069,3 +1069,292 @@ fn claude_code_running_entries_change_through_its_own_cli() {
         "no protected server left recorded:\n{state}"
     );
 }
+
+const AUTO_TOKEN: &str = "ghp_AutoProtectCanary0123456789abcdefXYZ";
+const NO_KEYRING_TOKEN: &str = "ghp_NoKeyringCanary0123456789abcdefXYZW";
+
+/// The value of `--server` in a wrapped entry, if it is wrapped.
+fn server_id(path: &Path, name: &str) -> Option<String> {
+    server_id_in(path, "mcpServers", name)
+}
+
+fn server_id_in(path: &Path, key: &str, name: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    let args = str_list(&v[key][name]["args"]);
+    let at = args.iter().position(|a| a == "--server")?;
+    args.get(at + 1).cloned()
+}
+
+/// Polls `cond` every 25 ms for up to `limit`; the time it took, if it held.
+fn within(limit: Duration, mut cond: impl FnMut() -> bool) -> Option<Duration> {
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < limit {
+        if cond() {
+            return Some(t0.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    None
+}
+
+#[test]
+fn auto_protect_wraps_an_added_server_within_two_seconds_and_gives_up_after_its_budget() {
+    // With KEYRING_IT=1 the added server carries a secret that must land in
+    // the real Secret Service; without it the control plane is given no
+    // keyring at all, and a secret must stay where it is.
+    let keyring = keyring_available("auto-protect secret move");
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let (py, script) = (python(&peers), secret_server());
+    let home = sb.user_home();
+    let cursor = home.join(".cursor/mcp.json");
+    let windsurf = home.join(".codeium/windsurf/mcp_config.json");
+    let gemini = home.join(".gemini/settings.json");
+    let entry = |name: &str, env: &str| {
+        format!("\"{name}\": {{\"command\": \"{py}\", \"args\": [\"{script}\"]{env}}}")
+    };
+    let file_with =
+        |entries: &[String]| format!("{{\"mcpServers\": {{{}}}}}\n", entries.join(", "));
+    let original = file_with(&[entry("a", "")]);
+    write(&cursor, &original);
+    write(&windsurf, &file_with(&[entry("w", "")]));
+    write(&gemini, &file_with(&[entry("g", "")]));
+    // VS Code has no config yet, only its directory.
+    let vscode = home.join(".config/Code/User/mcp.json");
+    std::fs::create_dir_all(vscode.parent().unwrap()).unwrap();
+    let gh = sb.gatehouse_home().display().to_string();
+    let on = gatehouse(
+        &sb,
+        &[
+            "protect", "cursor", "gemini", "vscode", "--watch", "--home", &gh,
+        ],
+    );
+    assert!(
+        String::from_utf8_lossy(&on.stdout).contains("auto-protect on for cursor, gemini, vscode"),
+        "says what it turned on: {}",
+        String::from_utf8_lossy(&on.stdout)
+    );
+    gatehouse(&sb, &["protect", "windsurf", "--home", &gh]);
+    let a_id = server_id(&cursor, "a").expect("protect wrapped a");
+    let shown =
+        String::from_utf8_lossy(&gatehouse(&sb, &["clients", "--home", &gh]).stdout).into_owned();
+    assert!(
+        shown.contains("Cursor (cursor)  [auto-protect on]"),
+        "gatehouse clients shows the setting:\n{shown}"
+    );
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("Windsurf (windsurf)") && !l.contains("auto-protect")),
+        "only where it was turned on:\n{shown}"
+    );
+
+    let mut cmd = Command::new(gatehouse_bin());
+    cmd.args(["up", "--home", &gh])
+        .envs(sb.envs())
+        .env_remove("XDG_CONFIG_HOME")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if !keyring {
+        // No reachable Secret Service, whatever this machine has.
+        cmd.env(
+            "DBUS_SESSION_BUS_ADDRESS",
+            "unix:path=/nonexistent/gatehouse-test-bus",
+        );
+    }
+    let mut up = gatehouse_e2e::Reaped(cmd.spawn().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(up.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("Dashboard:"), "gatehouse up said {line:?}");
+
+    // A client (or the person) adds a server to the auto-protected file.
+    let b_env = if keyring {
+        format!(", \"env\": {{\"GITHUB_TOKEN\": \"{AUTO_TOKEN}\"}}")
+    } else {
+        String::new()
+    };
+    let protected = std::fs::read_to_string(&cursor).unwrap();
+    let added = protected.replacen(
+        "\"mcpServers\": {",
+        &format!("\"mcpServers\": {{{}, ", entry("b", &b_env)),
+        1,
+    );
+    save_by_rename(&cursor, &added);
+    let took = within(Duration::from_secs(5), || server_id(&cursor, "b").is_some())
+        .expect("the added server is wrapped");
+    eprintln!("auto-protect wrapped the added server after {took:?}");
+    assert!(took < Duration::from_secs(2), "wrapped after {took:?}");
+    assert_eq!(
+        server_id(&cursor, "a").as_deref(),
+        Some(a_id.as_str()),
+        "a untouched"
+    );
+    let done = sb.wait_for_event("client_reprotected", |e| {
+        e["type"] == "client_reprotected" && e["evidence"]["entries"] == json!(["b"])
+    });
+    assert_eq!(done["evidence"]["client"], "cursor");
+    let b_id = server_id(&cursor, "b").unwrap();
+
+    // A client without auto-protect: reported, never written.
+    let w_text = std::fs::read_to_string(&windsurf).unwrap().replacen(
+        "\"mcpServers\": {",
+        &format!("\"mcpServers\": {{{}, ", entry("w2", "")),
+        1,
+    );
+    save_by_rename(&windsurf, &w_text);
+    sb.wait_for_event("unprotected_server_added (windsurf)", |e| {
+        e["type"] == "unprotected_server_added" && e["evidence"]["entry"] == "w2"
+    });
+
+    if keyring {
+        // The secret went to the real Secret Service, not to any file.
+        let leaks = files_containing(sb.path(), &[AUTO_TOKEN]);
+        assert!(leaks.is_empty(), "secret on disk: {leaks:?}");
+        let logs = sb.path().join("logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        let mut d = cursor_launch(&peers, &sb, &cursor, "b", sb.path(), &logs.join("b.log"));
+        assert_eq!(
+            env_digest(&mut d, "GITHUB_TOKEN").as_deref(),
+            Some(sha(AUTO_TOKEN).as_str()),
+            "the server receives its secret from the keyring"
+        );
+        d.quit();
+    } else {
+        // No keyring: an added server with a secret is not protected, the
+        // secret is not moved, and the event says why (without the value).
+        let g_protected = std::fs::read_to_string(&gemini).unwrap();
+        let g_text = g_protected.replacen(
+            "\"mcpServers\": {",
+            &format!(
+                "\"mcpServers\": {{{}, ",
+                entry(
+                    "g2",
+                    &format!(", \"env\": {{\"GITHUB_TOKEN\": \"{NO_KEYRING_TOKEN}\"}}")
+                )
+            ),
+            1,
+        );
+        save_by_rename(&gemini, &g_text);
+        let failed = sb.wait_for_event("auto_protect_failed", |e| {
+            e["type"] == "auto_protect_failed" && e["evidence"]["client"] == "gemini"
+        });
+        let said = failed.to_string();
+        assert!(
+            said.contains("keyring"),
+            "says the keyring is missing: {said}"
+        );
+        assert!(!said.contains(NO_KEYRING_TOKEN), "no secret in events");
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(
+            std::fs::read_to_string(&gemini).unwrap(),
+            g_text,
+            "nothing written without a keyring"
+        );
+        // The person takes that server out again (nothing left to protect).
+        save_by_rename(&gemini, &g_protected);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // A config that appears after the control plane started (VS Code
+    // installed later) is watched too.
+    save_by_rename(
+        &vscode,
+        &format!(
+            "{{\"servers\": {{\"v\": {{\"command\": \"{py}\", \"args\": [\"{script}\"]}}}}}}\n"
+        ),
+    );
+    let took = within(Duration::from_secs(5), || {
+        server_id_in(&vscode, "servers", "v").is_some()
+    })
+    .expect("a config created after start is auto-protected");
+    assert!(took < Duration::from_secs(2), "wrapped after {took:?}");
+
+    // Unprotect turns auto-protect off before it restores, so the running
+    // watcher does not protect again what the person just restored.
+    let off = gatehouse(&sb, &["unprotect", "gemini", "--home", &gh]);
+    assert!(
+        String::from_utf8_lossy(&off.stdout).contains("auto-protect off for gemini"),
+        "{}",
+        String::from_utf8_lossy(&off.stdout)
+    );
+    let restored = std::fs::read_to_string(&gemini).unwrap();
+    assert!(server_id(&gemini, "g").is_none(), "g unwrapped: {restored}");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        std::fs::read_to_string(&gemini).unwrap(),
+        restored,
+        "the watcher left the restored file alone"
+    );
+
+    // The client writes its own, unwrapped, version back again and again.
+    // The budget (3 per file per hour) already paid for b: two re-protects,
+    // then reports only.
+    let budget = 3 - 1;
+    // Each write is reviewed once, and every review reports the removal of
+    // a's wrapping: the client writes again only after that report, as a
+    // client reacting to Gatehouse's rewrite would (and never while
+    // Gatehouse is mid-write).
+    let reviews = || -> i64 {
+        sb.events()
+            .iter()
+            .filter(|e| e["type"] == "protection_removed" && e["server"] == a_id.as_str())
+            .map(|e| e["count"].as_i64().unwrap_or(1))
+            .sum()
+    };
+    let mut rewrites = 0;
+    for _ in 0..5 {
+        let before = reviews();
+        save_by_rename(&cursor, &original);
+        within(Duration::from_secs(10), || reviews() > before)
+            .expect("each write of the client is reviewed");
+        if std::fs::read_to_string(&cursor).unwrap() != original {
+            rewrites += 1;
+            assert_eq!(
+                server_id(&cursor, "a").as_deref(),
+                Some(a_id.as_str()),
+                "re-protected under its recorded identity"
+            );
+        }
+    }
+    assert_eq!(rewrites, budget, "the hourly budget, then no more rewrites");
+    sb.wait_for_event("reprotect_rate_limited", |e| {
+        e["type"] == "reprotect_rate_limited" && e["evidence"]["client"] == "cursor"
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        std::fs::read_to_string(&cursor).unwrap(),
+        original,
+        "the client's last write stands: no rewrite war"
+    );
+    let cursor_reprotects: i64 = sb
+        .events()
+        .iter()
+        .filter(|e| e["type"] == "client_reprotected" && e["evidence"]["client"] == "cursor")
+        .map(|e| e["count"].as_i64().unwrap_or(1))
+        .sum();
+    assert_eq!(
+        cursor_reprotects,
+        1 + budget as i64,
+        "b once, then the budget"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&windsurf).unwrap(),
+        w_text,
+        "a client without auto-protect is never written"
+    );
+    assert!(
+        !sb.events()
+            .iter()
+            .any(|e| e["type"] == "unprotected_server_added"
+                && e["evidence"]["client"] == "cursor"
+                && e["evidence"]["entry"] == "b"),
+        "an auto-protected server is not reported as unprotected"
+    );
+    if keyring {
+        gatehouse(&sb, &["vault", "rm", &b_id, "GITHUB_TOKEN"]);
+    }
+}

@@ -386,6 +386,21 @@ impl Protector<'_> {
             }
         }
         let views = entries(file, &doc);
+        // An entry whose wrapping was removed (a client wrote its own
+        // version back) gets its recorded identity again when its launch
+        // command is the recorded one: pins and approvals stay.
+        let recorded = self.state().load()?.servers;
+        let key = file_key(&file.path);
+        let present: Vec<&str> = views
+            .iter()
+            .filter_map(|v| v.wrapped.as_ref().map(|w| w.server_id.as_str()))
+            .collect();
+        let mut reusable: Vec<&ProtectedServer> = recorded
+            .iter()
+            .filter(|r| {
+                file_key(Path::new(&r.config_path)) == key && !present.contains(&r.id.as_str())
+            })
+            .collect();
         let mut plans: Vec<(EntryView, EntryPlan)> = Vec::new();
         for v in &views {
             if v.wrapped.is_some() {
@@ -400,6 +415,20 @@ impl Protector<'_> {
                     "{}: envFile is passed through as is; secrets in it are not moved",
                     v.name
                 ));
+            }
+            let scope = v.scope_label(file.project.is_some());
+            let again = reusable.iter().position(|r| {
+                r.entry_name == v.name
+                    && r.scope == scope
+                    && plan_entry(v, &r.id, &self.gatehouse_home)
+                        .is_some_and(|p| launch_command_hash(&p.argv) == r.launch_hash)
+            });
+            if let Some(at) = again {
+                let id = reusable.remove(at).id.clone();
+                if let Some(plan) = plan_entry(v, &id, &self.gatehouse_home) {
+                    plans.push((v.clone(), plan));
+                }
+                continue;
             }
             let id = (self.ids.lock().unwrap_or_else(|p| p.into_inner()))();
             if let Some(plan) = plan_entry(v, &id, &self.gatehouse_home) {

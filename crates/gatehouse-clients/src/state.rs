@@ -2,7 +2,7 @@
 //! per-file backup references (`clients/state.json`, 0600) and backups
 //! (`backups/*.json`) that hold keyring references instead of secret values.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -59,6 +59,18 @@ pub struct State {
     pub files: BTreeMap<String, FileState>,
     /// Every protected server.
     pub servers: Vec<ProtectedServer>,
+    /// Client keys whose configs the control plane's watcher protects on
+    /// its own (`gatehouse protect CLIENT --watch` turns it on,
+    /// `gatehouse unprotect CLIENT` off).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub auto_protect: BTreeSet<String>,
+}
+
+impl State {
+    /// Whether the watcher protects `client`'s configs on its own.
+    pub fn auto_protects(&self, client: &str) -> bool {
+        self.auto_protect.contains(client)
+    }
 }
 
 /// One secret span removed from a backup.
@@ -147,6 +159,23 @@ impl StateDir {
         write_private(&self.state_path(), &text)
     }
 
+    /// Turns auto-protect on or off for `clients` (read, change, write).
+    pub fn set_auto_protect(&self, clients: &[&str], on: bool) -> Result<(), ClientError> {
+        let mut state = self.load()?;
+        let before = state.auto_protect.clone();
+        for c in clients {
+            if on {
+                state.auto_protect.insert((*c).to_owned());
+            } else {
+                state.auto_protect.remove(*c);
+            }
+        }
+        if state.auto_protect == before {
+            return Ok(());
+        }
+        self.save(&state)
+    }
+
     /// Stores a backup; returns its path relative to the home.
     pub fn write_backup(&self, backup: &Backup, stamp: &str) -> Result<String, ClientError> {
         let short = backup
@@ -179,4 +208,34 @@ pub fn file_key(path: &Path) -> String {
     crate::fsutil::resolve_target(path)
         .to_string_lossy()
         .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_protect_is_switched_per_client_and_old_state_files_load() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir {
+            home: tmp.path().to_path_buf(),
+        };
+        dir.save(&State {
+            version: 1,
+            ..State::default()
+        })
+        .unwrap();
+        let text = std::fs::read_to_string(tmp.path().join("clients/state.json")).unwrap();
+        assert!(
+            !text.contains("auto_protect"),
+            "a state without the setting is written as before: {text}"
+        );
+        assert!(!dir.load().unwrap().auto_protects("cursor"));
+        dir.set_auto_protect(&["cursor", "codex"], true).unwrap();
+        dir.set_auto_protect(&["codex"], false).unwrap();
+        let state = dir.load().unwrap();
+        assert!(state.auto_protects("cursor"), "turned on");
+        assert!(!state.auto_protects("codex"), "turned off again");
+        assert!(!state.auto_protects("zed"), "only the clients named");
+    }
 }

@@ -121,6 +121,12 @@ impl WatchState {
 pub struct WatchHandle(Arc<Mutex<WatchState>>);
 
 impl WatchHandle {
+    /// A handle on fresh state (for reviewing changes outside a
+    /// [`ConfigWatcher`], e.g. in tests).
+    pub fn new(policy: WatchPolicy) -> Self {
+        Self(Arc::new(Mutex::new(WatchState::new(policy))))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, WatchState> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -160,7 +166,7 @@ impl ConfigWatcher {
         mut handler: impl FnMut(&Path, &WatchHandle) + Send + 'static,
     ) -> Result<Self, ClientError> {
         let targets: Vec<PathBuf> = files.iter().map(|f| resolve_target(f)).collect();
-        let handle = WatchHandle(Arc::new(Mutex::new(WatchState::new(policy))));
+        let handle = WatchHandle::new(policy);
         let (tx, rx) = mpsc::channel::<PathBuf>();
         let wanted = targets.clone();
         let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
@@ -254,11 +260,18 @@ pub enum Finding {
     Reprotected { entries: Vec<String> },
     /// A re-protect was due but the hourly budget for this file is spent.
     RateLimited,
+    /// A re-protect was due but failed (no keyring, client running, …);
+    /// the file was left as it is. The message names no secret value.
+    ReprotectFailed { message: String },
 }
 
 /// Reviews a changed config: reports added unprotected servers and removed
 /// wrappings (`protected_ids`: the ids recorded for this file), and, when
-/// `auto_protect` is on and the budget allows, protects it again.
+/// `auto_protect` is on and the budget allows, protects it again. An entry
+/// whose wrapping was removed is unwrapped again in the file, so it counts
+/// as unprotected and is re-protected too (under its recorded id when its
+/// launch command is unchanged). A failed protect is a
+/// [`Finding::ReprotectFailed`], not an error.
 pub fn review_change(
     protector: &Protector<'_>,
     file: &ConfigFile,
@@ -306,17 +319,22 @@ pub fn review_change(
         .any(|f| matches!(f, Finding::UnprotectedServerAdded { .. }));
     if auto_protect && needs {
         if handle.allow_reprotect(&file.path) {
-            let report = protector.protect_file(file, &Options::default())?;
-            if report.changed {
-                let written =
-                    std::fs::read_to_string(&file.path).map_err(|source| ClientError::Io {
-                        path: file.path.clone(),
-                        source,
-                    })?;
-                handle.note_own_write(&file.path, &written);
-                findings.push(Finding::Reprotected {
-                    entries: report.entries,
-                });
+            match protector.protect_file(file, &Options::default()) {
+                Ok(report) if report.changed => {
+                    let written =
+                        std::fs::read_to_string(&file.path).map_err(|source| ClientError::Io {
+                            path: file.path.clone(),
+                            source,
+                        })?;
+                    handle.note_own_write(&file.path, &written);
+                    findings.push(Finding::Reprotected {
+                        entries: report.entries,
+                    });
+                }
+                Ok(_) => {}
+                Err(e) => findings.push(Finding::ReprotectFailed {
+                    message: e.to_string(),
+                }),
             }
         } else {
             findings.push(Finding::RateLimited);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use gatehouse_clients::discover::config_files;
 use gatehouse_clients::protect::{FixedProbe, NoRegistry, Options, Protector};
 use gatehouse_clients::state::StateDir;
-use gatehouse_clients::watch::{review_change, ConfigWatcher, Finding, WatchPolicy};
+use gatehouse_clients::watch::{review_change, ConfigWatcher, Finding, WatchHandle, WatchPolicy};
 use gatehouse_clients::{client, HomeDirs, Os};
 use gatehouse_vault::MemoryVault;
 
@@ -140,4 +140,153 @@ fn added_server_is_protected_within_two_seconds_without_a_rewrite_war() {
     );
     assert!(limited, "after the budget the watcher only reports");
     drop(watcher);
+}
+
+const TOKEN: &str = "ghp_WatchCanary0123456789abcdefABCDEFGHIJ";
+
+/// A Cursor file with one server carrying a secret in its env.
+fn cursor_with_secret(root: &Path) -> (HomeDirs, PathBuf, String) {
+    let dirs = HomeDirs::fixture(root, Os::Linux);
+    let path = dirs.home.join(".cursor/mcp.json");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let text = format!(
+        "{{\n  \"mcpServers\": {{\n    \"gh\": {{ \"command\": \"server-gh\", \"env\": {{ \"GITHUB_TOKEN\": \"{TOKEN}\" }} }}\n  }}\n}}\n"
+    );
+    std::fs::write(&path, &text).unwrap();
+    (dirs, path, text)
+}
+
+/// Ids unique across the protectors of a test run.
+static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
+
+fn protector<'a>(root: &Path, vault: &'a dyn gatehouse_vault::Vault) -> Protector<'a> {
+    Protector {
+        gatehouse_home: root.join("gh"),
+        exe: PathBuf::from("/opt/gatehouse/bin/gatehouse"),
+        vault,
+        registry: &NoRegistry,
+        processes: Box::leak(Box::new(FixedProbe::default())),
+        ids: Mutex::new(Box::new(|| {
+            format!("srv_r{}", NEXT_ID.fetch_add(1, Ordering::SeqCst))
+        })),
+        stamp: "t".into(),
+    }
+}
+
+fn recorded_ids(root: &Path) -> Vec<String> {
+    StateDir {
+        home: root.join("gh"),
+    }
+    .load()
+    .unwrap()
+    .servers
+    .into_iter()
+    .map(|s| s.id)
+    .collect()
+}
+
+#[test]
+fn a_removed_wrapping_is_reprotected_under_its_recorded_identity() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let (dirs, path, original) = cursor_with_secret(root);
+    let vault = MemoryVault::new();
+    let file = config_files(client("cursor").unwrap(), &dirs, &[]).remove(0);
+    protector(root, &vault)
+        .protect_file(&file, &Options::default())
+        .unwrap();
+    let protected = std::fs::read_to_string(&path).unwrap();
+    let ids = recorded_ids(root);
+    assert_eq!(ids.len(), 1);
+    let id = ids[0].clone();
+
+    // The client writes its own version (wrapping gone, secret back) over ours.
+    std::fs::write(&path, &original).unwrap();
+    let handle = WatchHandle::new(WatchPolicy::default());
+    let findings = review_change(&protector(root, &vault), &file, &ids, true, &handle).unwrap();
+    assert!(
+        findings.contains(&Finding::ProtectionRemoved {
+            server_id: id.clone()
+        }),
+        "the removal is reported: {findings:?}"
+    );
+    assert!(
+        findings.contains(&Finding::Reprotected {
+            entries: vec!["gh".into()]
+        }),
+        "and undone: {findings:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        protected,
+        "the same id again, so the same bytes (pins and approvals stay with it)"
+    );
+    assert_eq!(recorded_ids(root), vec![id.clone()], "no second record");
+    assert_eq!(
+        gatehouse_vault::Vault::get(&vault, &id, "GITHUB_TOKEN")
+            .unwrap()
+            .map(|s| s.expose().clone())
+            .as_deref(),
+        Some(TOKEN)
+    );
+
+    // A different command under the same name is a different server.
+    std::fs::write(&path, original.replace("server-gh", "other-gh")).unwrap();
+    review_change(&protector(root, &vault), &file, &ids, true, &handle).unwrap();
+    let now = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        now.contains("\"wrap\"") && !now.contains(&format!("\"{id}\"")),
+        "wrapped, with a fresh id for a changed launch command: {now}"
+    );
+}
+
+/// A keyring that is not there.
+struct NoKeyring;
+
+impl gatehouse_vault::Vault for NoKeyring {
+    fn get(
+        &self,
+        _: &str,
+        _: &str,
+    ) -> Result<Option<gatehouse_vault::Secret<String>>, gatehouse_vault::VaultError> {
+        Err(gatehouse_vault::VaultError::Unavailable("test".into()))
+    }
+    fn set(
+        &self,
+        _: &str,
+        _: &str,
+        _: gatehouse_vault::Secret<String>,
+    ) -> Result<(), gatehouse_vault::VaultError> {
+        Err(gatehouse_vault::VaultError::Unavailable("test".into()))
+    }
+    fn delete(&self, _: &str, _: &str) -> Result<bool, gatehouse_vault::VaultError> {
+        Err(gatehouse_vault::VaultError::Unavailable("test".into()))
+    }
+    fn list(&self, _: &str) -> Result<Vec<String>, gatehouse_vault::VaultError> {
+        Err(gatehouse_vault::VaultError::Unavailable("test".into()))
+    }
+}
+
+#[test]
+fn without_a_keyring_auto_protect_moves_no_secret_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let (dirs, path, original) = cursor_with_secret(root);
+    let file = config_files(client("cursor").unwrap(), &dirs, &[]).remove(0);
+    let handle = WatchHandle::new(WatchPolicy::default());
+    let findings = review_change(&protector(root, &NoKeyring), &file, &[], true, &handle).unwrap();
+    let failed = findings
+        .iter()
+        .find_map(|f| match f {
+            Finding::ReprotectFailed { message } => Some(message.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("a failed protect is a finding: {findings:?}"));
+    assert!(failed.contains("keyring"), "{failed}");
+    assert!(!failed.contains(TOKEN), "no secret in the message");
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        original,
+        "nothing written (no plain-text fallback)"
+    );
 }

@@ -23,6 +23,9 @@ pub struct ClientsArgs {
     /// Also look at this project directory (repeatable).
     #[arg(long = "project", value_name = "DIR")]
     projects: Vec<PathBuf>,
+    /// GATEHOUSE_HOME whose auto-protect settings to show.
+    #[arg(long, value_name = "DIR")]
+    home: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -49,6 +52,11 @@ pub struct ProtectArgs {
     /// (0: refuse at once). Claude Code's `claude` CLI on PATH is used instead.
     #[arg(long, value_name = "SECS", default_value_t = 0)]
     wait: u64,
+    /// Turn auto-protect on for these clients: while `gatehouse up` runs, a
+    /// server added to (or unwrapped in) their configs is protected at once
+    /// (at most 3 rewrites per file per hour). `unprotect` turns it off.
+    #[arg(long)]
+    watch: bool,
     /// GATEHOUSE_HOME to use (and to write into wrapped entries).
     #[arg(long, value_name = "DIR")]
     home: Option<PathBuf>,
@@ -80,15 +88,30 @@ pub struct UnprotectArgs {
 pub fn run_clients(args: ClientsArgs) -> anyhow::Result<ExitCode> {
     let dirs = HomeDirs::from_env();
     let found = detect(&dirs, &args.projects);
+    let state = gatehouse_clients::state::StateDir {
+        home: gatehouse_store::home::resolve(args.home.as_deref()),
+    }
+    .load()
+    .unwrap_or_default();
     if args.json {
-        outln!("{}", serde_json::to_string_pretty(&found)?);
+        let mut items = serde_json::to_value(&found)?;
+        for item in items.as_array_mut().into_iter().flatten() {
+            let on = item["key"].as_str().is_some_and(|k| state.auto_protects(k));
+            item["auto_protect"] = on.into();
+        }
+        outln!("{}", serde_json::to_string_pretty(&items)?);
         return Ok(ExitCode::SUCCESS);
     }
     if found.is_empty() {
         outln!("No AI client MCP configs found.");
     }
     for c in &found {
-        outln!("{} ({})", c.name, c.key);
+        let auto = if state.auto_protects(c.key) {
+            "  [auto-protect on]"
+        } else {
+            ""
+        };
+        outln!("{} ({}){auto}", c.name, c.key);
         for b in &c.blockers {
             outln!("  ! {b}");
         }
@@ -222,12 +245,42 @@ fn print_report(r: &FileReport, verb: &str) {
     }
 }
 
+/// Turns auto-protect on or off for `clients` and says so.
+fn set_auto_protect(home: &Path, clients: &[&'static ClientSpec], on: bool) -> anyhow::Result<()> {
+    let keys: Vec<&str> = clients.iter().map(|c| c.key).collect();
+    let dir = gatehouse_clients::state::StateDir {
+        home: home.to_path_buf(),
+    };
+    let before = dir.load()?;
+    dir.set_auto_protect(&keys, on)
+        .context("recording the auto-protect setting")?;
+    let changed: Vec<&str> = keys
+        .iter()
+        .copied()
+        .filter(|k| before.auto_protects(k) != on)
+        .collect();
+    if !changed.is_empty() {
+        outln!(
+            "auto-protect {} for {}{}",
+            if on { "on" } else { "off" },
+            changed.join(", "),
+            if on {
+                " (applied while `gatehouse up` runs)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
+}
+
 fn run_files(
     clients: &[&'static ClientSpec],
     projects: &[PathBuf],
     home: Option<&Path>,
     opts: &Options,
     unprotect: bool,
+    watch: bool,
 ) -> anyhow::Result<ExitCode> {
     let gatehouse_home = gatehouse_store::home::resolve(home);
     let gatehouse_home = std::path::absolute(&gatehouse_home).unwrap_or(gatehouse_home);
@@ -250,6 +303,11 @@ fn run_files(
         ids: Mutex::new(Box::new(new_server_id)),
         stamp: stamp(),
     };
+    // Off before anything is unwrapped, so a running watcher does not
+    // protect again what the person just restored.
+    if unprotect && !opts.dry_run {
+        set_auto_protect(&gatehouse_home, clients, false)?;
+    }
     let dirs = HomeDirs::from_env();
     let projects = all_projects(&dirs, projects);
     let mut failed = false;
@@ -292,6 +350,11 @@ fn run_files(
     }
     if !unprotect && !opts.dry_run {
         seed_allowed_commands(&gatehouse_home);
+        // On only after protect wrote its files, so the watcher never
+        // races this command for them.
+        if watch {
+            set_auto_protect(&gatehouse_home, clients, true)?;
+        }
     }
     Ok(if failed {
         ExitCode::from(2)
@@ -368,7 +431,14 @@ pub fn run_protect(args: ProtectArgs) -> anyhow::Result<ExitCode> {
         wait: std::time::Duration::from_secs(args.wait),
         client_cli: None,
     };
-    run_files(&clients, &args.projects, args.home.as_deref(), &opts, false)
+    run_files(
+        &clients,
+        &args.projects,
+        args.home.as_deref(),
+        &opts,
+        false,
+        args.watch,
+    )
 }
 
 pub fn run_unprotect(args: UnprotectArgs) -> anyhow::Result<ExitCode> {
@@ -380,5 +450,12 @@ pub fn run_unprotect(args: UnprotectArgs) -> anyhow::Result<ExitCode> {
         wait: std::time::Duration::from_secs(args.wait),
         client_cli: None,
     };
-    run_files(&clients, &args.projects, args.home.as_deref(), &opts, true)
+    run_files(
+        &clients,
+        &args.projects,
+        args.home.as_deref(),
+        &opts,
+        true,
+        false,
+    )
 }

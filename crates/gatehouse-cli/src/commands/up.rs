@@ -117,10 +117,16 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
         config.gatehouse_exe = std::env::current_exe()
             .ok()
             .map(|exe| std::fs::canonicalize(&exe).unwrap_or(exe));
+        // The watcher protects with the same keyring and binary.
+        let watch = gatehouse_server::config_watch::WatchSetup {
+            gatehouse_exe: config.gatehouse_exe.clone(),
+            vault: config.vault.clone(),
+            ..Default::default()
+        };
         let mut handle = gatehouse_server::serve(config).await?;
         lock.publish(&handle.control_info())?;
         // The config watcher runs only here, in the one control plane.
-        let _watcher = match gatehouse_server::config_watch::start(&home, store.clone(), &[]) {
+        let _watcher = match gatehouse_server::config_watch::start(&home, store.clone(), watch) {
             Ok(w) => w,
             Err(e) => {
                 eprintln!("gatehouse: config watcher not started: {e}");

@@ -26,9 +26,16 @@ pub(crate) async fn list(State(state): State<AppState>, _who: Authed) -> ApiResu
     let Some(dirs) = state.client_dirs.clone() else {
         return Ok(Json(json!({ "available": false, "items": [] })));
     };
-    let found = tokio::task::spawn_blocking(move || gatehouse_clients::detect(&dirs, &[]))
-        .await
-        .map_err(|_| ApiError::internal("client discovery failed"))?;
+    let home = state.home.clone();
+    let (found, auto) = tokio::task::spawn_blocking(move || {
+        let auto = gatehouse_clients::state::StateDir { home }
+            .load()
+            .map(|s| s.auto_protect)
+            .unwrap_or_default();
+        (gatehouse_clients::detect(&dirs, &[]), auto)
+    })
+    .await
+    .map_err(|_| ApiError::internal("client discovery failed"))?;
     let items: Vec<Value> = found
         .iter()
         .map(|c| {
@@ -48,6 +55,7 @@ pub(crate) async fn list(State(state): State<AppState>, _who: Authed) -> ApiResu
                 "servers": servers,
                 "protected_servers": protected,
                 "protected": servers > 0 && protected == servers,
+                "auto_protect": auto.contains(c.key),
             })
         })
         .collect();
@@ -78,11 +86,12 @@ pub(crate) async fn unprotect(
     change(state, who, id, true).await
 }
 
-/// Identities go to the store, where `gatehouse wrap` checks them.
-struct StoreRegistry {
-    store: Store,
-    runtime: tokio::runtime::Handle,
-    now_ms: i64,
+/// Identities go to the store, where `gatehouse wrap` checks them. Also
+/// used by the config watcher (from its own thread, never a runtime's).
+pub(crate) struct StoreRegistry {
+    pub(crate) store: Store,
+    pub(crate) runtime: tokio::runtime::Handle,
+    pub(crate) now_ms: i64,
 }
 
 impl ServerRegistry for StoreRegistry {
