@@ -69,11 +69,17 @@ pub fn start() -> Result<Started, StartError> {
                 // wrapped entries, and moves secrets into the keyring.
                 config.gatehouse_exe = launcher;
                 config.vault = gatehouse_server::probe_keyring().await;
+                // The watcher (auto-protect) uses the same keyring and binary.
+                let watch = gatehouse_server::config_watch::WatchSetup {
+                    gatehouse_exe: config.gatehouse_exe.clone(),
+                    vault: config.vault.clone(),
+                    ..Default::default()
+                };
                 let handle = gatehouse_server::serve(config)
                     .await
                     .map_err(|e| e.to_string())?;
                 // The config watcher runs only in the one control plane.
-                let watcher = gatehouse_server::config_watch::start(&home, store.clone(), &[])
+                let watcher = gatehouse_server::config_watch::start(&home, store.clone(), watch)
                     .map_err(|e| tracing::warn!(error = %e, "config watcher not started"))
                     .ok()
                     .flatten();
