@@ -78,6 +78,15 @@ pub fn start() -> Result<Started, StartError> {
                 let handle = gatehouse_server::serve(config)
                     .await
                     .map_err(|e| e.to_string())?;
+                // Self-heal: wrapped entries whose gatehouse binary is gone
+                // point at the launcher.
+                if let Some(exe) = watch.gatehouse_exe.clone() {
+                    tauri::async_runtime::spawn(gatehouse_server::api::clients::repair_all(
+                        store.clone(),
+                        home.clone(),
+                        exe,
+                    ));
+                }
                 // The config watcher runs only in the one control plane.
                 let watcher = gatehouse_server::config_watch::start(&home, store.clone(), watch)
                     .map_err(|e| tracing::warn!(error = %e, "config watcher not started"))

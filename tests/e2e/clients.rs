@@ -1358,3 +1358,86 @@ fn auto_protect_wraps_an_added_server_within_two_seconds_and_gives_up_after_its_
         gatehouse(&sb, &["vault", "rm", &b_id, "GITHUB_TOKEN"]);
     }
 }
+
+/// Self-heal at start (`gatehouse up`, and the tray app through the same
+/// function): entries wrapped by a gatehouse binary that is gone (moved,
+/// uninstalled) are pointed at the running binary, under the same server id.
+#[test]
+fn gatehouse_up_repoints_entries_whose_binary_is_gone() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let (py, script) = (python(&peers), secret_server());
+    let cursor = sb.user_home().join(".cursor/mcp.json");
+    write(
+        &cursor,
+        &format!(
+            "{{\"mcpServers\": {{\"a\": {{\"command\": \"{py}\", \"args\": [\"{script}\"]}}}}}}\n"
+        ),
+    );
+    let old = sb.path().join("old-install/gatehouse");
+    std::fs::create_dir_all(old.parent().unwrap()).unwrap();
+    std::fs::copy(gatehouse_bin(), &old).unwrap();
+    let gh = sb.gatehouse_home().display().to_string();
+    let out = Command::new(&old)
+        .args(["protect", "cursor", "--home", &gh])
+        .envs(sb.envs())
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("CODEX_HOME")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let command = |path: &Path| -> String {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        v["mcpServers"]["a"]["command"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(command(&cursor), old.display().to_string());
+    let id = server_id(&cursor, "a").expect("wrapped");
+    std::fs::remove_file(&old).unwrap(); // the old install is gone
+
+    let mut up = gatehouse_e2e::Reaped(
+        Command::new(gatehouse_bin())
+            .args(["up", "--home", &gh])
+            .envs(sb.envs())
+            .env_remove("XDG_CONFIG_HOME")
+            .env(
+                "DBUS_SESSION_BUS_ADDRESS",
+                "unix:path=/nonexistent/gatehouse-test-bus",
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(up.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("Dashboard:"), "gatehouse up said {line:?}");
+    let current = std::fs::canonicalize(gatehouse_bin()).unwrap();
+    let took = within(Duration::from_secs(10), || {
+        command(&cursor) == current.display().to_string()
+    });
+    assert!(took.is_some(), "not repointed: {}", command(&cursor));
+    assert_eq!(
+        server_id(&cursor, "a").as_deref(),
+        Some(id.as_str()),
+        "same id"
+    );
+    let repaired = sb.wait_for_event("client_config_repaired", |e| {
+        e["type"] == "client_config_repaired"
+    });
+    assert_eq!(
+        repaired["evidence"]["entries"],
+        json!(["a (repaired)"]),
+        "{repaired}"
+    );
+}

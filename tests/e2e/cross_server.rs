@@ -653,8 +653,30 @@ fn concurrent_wraps_of_one_session_allow_exactly_the_limit() {
         ide.wire(l).start();
         assert!(!ide.wire(l).list().is_empty());
     }
-    // Every earlier member has acknowledged the later ones before round 0.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Round 0 starts once every earlier member has acknowledged the later
+    // ones (the join protocol); until then a joiner's first check waits.
+    let synced = (0..400).any(|_| {
+        let sql = "SELECT COUNT(*) FROM session_members; \
+                   SELECT COUNT(*) FROM session_members \
+                    WHERE id < (SELECT MAX(id) FROM session_members) \
+                      AND synced_id < (SELECT MAX(id) FROM session_members)";
+        let out = Command::new("sqlite3")
+            .arg("-readonly")
+            .arg(sb.gatehouse_home().join("gatehouse.db"))
+            .arg(sql)
+            .output()
+            .expect("sqlite3 runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let done = text.split_whitespace().collect::<Vec<_>>() == [K.to_string(), "0".into()];
+        if !done {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        done
+    });
+    assert!(
+        synced,
+        "the {K} wraps joined and acknowledged each other within 20 s"
+    );
     let mut counts = Vec::with_capacity(ROUNDS);
     for round in 0..ROUNDS {
         let ids: Vec<u64> = labels

@@ -105,6 +105,14 @@ pub struct Options {
     pub client_cli: Option<PathBuf>,
 }
 
+/// What a protect pass does: wrap (and with `repair`, repoint every
+/// wrapper), or only self-heal wrappers whose binary is gone.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Protect,
+    SelfHeal,
+}
+
 /// How a file whose client may be running gets written.
 enum Route {
     /// Write the file (the client is not running).
@@ -349,7 +357,23 @@ impl Protector<'_> {
         file: &ConfigFile,
         opts: &Options,
     ) -> Result<FileReport, ClientError> {
-        self.protect_until(file, opts, deadline(opts.wait))
+        self.protect_until(file, opts, deadline(opts.wait), Pass::Protect)
+    }
+
+    /// Self-heal at start: wrappers whose binary no longer exists (moved,
+    /// uninstalled) are pointed at the current one; nothing new is wrapped,
+    /// and wrappers naming another existing binary are left alone (so two
+    /// installs never flip entries back and forth).
+    pub fn repair_file(
+        &self,
+        file: &ConfigFile,
+        opts: &Options,
+    ) -> Result<FileReport, ClientError> {
+        let opts = Options {
+            repair: true,
+            ..opts.clone()
+        };
+        self.protect_until(file, &opts, deadline(opts.wait), Pass::SelfHeal)
     }
 
     fn protect_until(
@@ -357,6 +381,7 @@ impl Protector<'_> {
         file: &ConfigFile,
         opts: &Options,
         deadline: Instant,
+        pass: Pass,
     ) -> Result<FileReport, ClientError> {
         let mut report = FileReport {
             path: file.path.clone(),
@@ -375,8 +400,15 @@ impl Protector<'_> {
             .collect();
         had_wrapped |= !stale.is_empty();
         if opts.repair {
-            let to_fix: Vec<&EntryView> =
-                stale.iter().filter(|e| matches!(&e.kind, EntryKind::Stdio { command, .. } if command != &exe && is_gatehouse_exe(command))).collect();
+            let to_fix: Vec<&EntryView> = stale
+                .iter()
+                .filter(|e| {
+                    matches!(&e.kind, EntryKind::Stdio { command, .. }
+                        if command != &exe
+                            && is_gatehouse_exe(command)
+                            && (pass == Pass::Protect || !Path::new(command).exists()))
+                })
+                .collect();
             if !to_fix.is_empty() {
                 text = doc.repair(&to_fix, &exe);
                 report
@@ -403,7 +435,7 @@ impl Protector<'_> {
             .collect();
         let mut plans: Vec<(EntryView, EntryPlan)> = Vec::new();
         for v in &views {
-            if v.wrapped.is_some() {
+            if v.wrapped.is_some() || pass == Pass::SelfHeal {
                 continue;
             }
             if let Some(reason) = v.blocker() {
@@ -482,7 +514,7 @@ impl Protector<'_> {
         let cli = match self.route(file, opts, deadline, "protect")? {
             Route::File => None,
             Route::Cli(cli) => Some(cli),
-            Route::Again => return self.protect_until(file, opts, deadline),
+            Route::Again => return self.protect_until(file, opts, deadline, pass),
         };
         // Secrets first: if the keyring is unavailable nothing is written.
         let mut stored: Vec<(&str, &str)> = Vec::new();

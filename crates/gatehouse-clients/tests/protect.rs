@@ -582,6 +582,67 @@ fn repair_repoints_wrappers() {
     assert_eq!(text.matches("\"wrap\"").count(), 1, "not wrapped twice");
 }
 
+/// Self-heal at start (`repair_file`): wrappers whose binary is gone point at
+/// the current one; an entry the person added meanwhile is not wrapped behind
+/// their back; a wrapper naming another existing binary is left alone.
+#[test]
+fn repair_file_repoints_wrappers_and_wraps_nothing_new() {
+    let fx = Fixture::new("linux-all");
+    let file = fx
+        .files()
+        .into_iter()
+        .find(|f| f.client.key == "cline")
+        .unwrap();
+    fx.protector()
+        .protect_file(&file, &Options::default())
+        .unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&read(&file.path)).unwrap();
+    doc["mcpServers"]["added-later"] =
+        serde_json::json!({"command": "npx", "args": ["-y", "some-mcp-server@1.0.0"]});
+    std::fs::write(&file.path, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
+    let wrapped_before = read(&file.path).matches("\"wrap\"").count();
+
+    let mut moved = fx.protector();
+    moved.exe = PathBuf::from("/usr/local/bin/gatehouse");
+    let r = moved.repair_file(&file, &Options::default()).unwrap();
+    assert!(r.changed, "the stale wrapper was repointed");
+    let text = read(&file.path);
+    assert!(!text.contains("/opt/gatehouse"), "old path gone: {text}");
+    assert!(text.contains("/usr/local/bin/gatehouse"), "{text}");
+    assert_eq!(
+        text.matches("\"wrap\"").count(),
+        wrapped_before,
+        "nothing newly wrapped"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        doc["mcpServers"]["added-later"]["command"], "npx",
+        "the added entry is left as the person wrote it"
+    );
+    let again = moved.repair_file(&file, &Options::default()).unwrap();
+    assert!(!again.changed, "repair is idempotent");
+
+    // Another install whose binary exists: its entries are not taken over.
+    let existing = fx.root.join("other-install/gatehouse");
+    std::fs::create_dir_all(existing.parent().unwrap()).unwrap();
+    std::fs::write(&existing, "").unwrap();
+    let mut other = fx.protector();
+    other.exe = existing;
+    other
+        .protect_file(
+            &file,
+            &Options {
+                repair: true,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+    let before = read(&file.path);
+    let r = moved.repair_file(&file, &Options::default()).unwrap();
+    assert!(!r.changed, "an existing binary's wrappers stay");
+    assert_eq!(read(&file.path), before);
+}
+
 #[test]
 fn git_tracked_project_file_needs_yes_and_committed_secret_means_rotate() {
     if std::process::Command::new("git")

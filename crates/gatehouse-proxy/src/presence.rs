@@ -31,8 +31,9 @@ const POLL: Duration = Duration::from_millis(100);
 /// How often members are re-read even without a stamp change (crashed
 /// processes never append to it).
 const REFRESH: Duration = Duration::from_secs(5);
-/// How long a joiner waits for earlier members to acknowledge it.
-pub const JOIN_WAIT: Duration = Duration::from_secs(1);
+/// How long a joiner waits for earlier members to acknowledge it (they
+/// notice within one poll; the margin is for a loaded machine).
+pub const JOIN_WAIT: Duration = Duration::from_secs(3);
 
 /// A call kept in memory while alone.
 pub struct LocalEntry {

@@ -125,6 +125,14 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
         };
         let mut handle = gatehouse_server::serve(config).await?;
         lock.publish(&handle.control_info())?;
+        // Self-heal: wrapped entries whose gatehouse binary is gone point here.
+        if let Some(exe) = watch.gatehouse_exe.clone() {
+            tokio::spawn(gatehouse_server::api::clients::repair_all(
+                store.clone(),
+                home.clone(),
+                exe,
+            ));
+        }
         // The config watcher runs only here, in the one control plane.
         let _watcher = match gatehouse_server::config_watch::start(&home, store.clone(), watch) {
             Ok(w) => w,

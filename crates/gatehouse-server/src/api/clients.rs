@@ -210,3 +210,71 @@ async fn change(state: AppState, who: Authed, id: String, undo: bool) -> ApiResu
         json!({ "client": spec.key, "ok": ok, "files": files }),
     ))
 }
+
+/// Self-heal at start (issue 6; `gatehouse up` and the tray app): in every
+/// detected client config, wrappers whose `gatehouse` binary is gone are
+/// pointed at `exe`. Nothing new is wrapped; git-tracked project files and
+/// running clients that rewrite their own file are left alone (reported on
+/// stderr). Each changed file is a `client_config_repaired` event. Returns
+/// the changed files.
+pub async fn repair_all(store: Store, home: PathBuf, exe: PathBuf) -> Vec<PathBuf> {
+    let registry = StoreRegistry {
+        store: store.clone(),
+        runtime: tokio::runtime::Handle::current(),
+        now_ms: gatehouse_store::now_ms(),
+    };
+    let stamp = (gatehouse_store::now_ms() / 1000).to_string();
+    let reports = tokio::task::spawn_blocking(move || {
+        // Nothing moves into the keyring when only repairing.
+        let vault = gatehouse_vault::MemoryVault::new();
+        let protector = Protector {
+            gatehouse_home: home,
+            exe,
+            vault: &vault,
+            registry: &registry,
+            processes: &SystemProbe,
+            ids: Mutex::new(Box::new(new_server_id)),
+            stamp,
+        };
+        let dirs = gatehouse_clients::HomeDirs::from_env();
+        let projects = all_projects(&dirs, &[]);
+        let mut changed = Vec::new();
+        for client in gatehouse_clients::CLIENTS {
+            for file in config_files(client, &dirs, &projects) {
+                match protector.repair_file(&file, &Options::default()) {
+                    Ok(r) if r.changed => changed.push((file.path.clone(), r.entries)),
+                    Ok(_) => {}
+                    Err(e) => eprintln!("gatehouse: not repaired: {e}"),
+                }
+            }
+        }
+        changed
+    })
+    .await
+    .unwrap_or_default();
+    let now = gatehouse_store::now_ms();
+    let events: Vec<gatehouse_store::NewEvent> = reports
+        .iter()
+        .map(|(path, entries)| gatehouse_store::NewEvent {
+            evidence_json: Some(
+                json!({ "file": path.display().to_string(), "entries": entries }).to_string(),
+            ),
+            ..gatehouse_store::NewEvent::new(
+                now,
+                event_types::CLIENT_CONFIG_REPAIRED,
+                gatehouse_store::Action::Allow,
+                gatehouse_store::Severity::Info,
+                &format!(
+                    "{}: wrapped entries pointed at the current gatehouse binary (the old one is gone)",
+                    path.display()
+                ),
+            )
+        })
+        .collect();
+    if !events.is_empty() {
+        if let Err(e) = store.insert_events(&events).await {
+            eprintln!("gatehouse: could not record repairs: {e}");
+        }
+    }
+    reports.into_iter().map(|(path, _)| path).collect()
+}

@@ -45,6 +45,8 @@ pub mod event_types {
     pub const CLIENT_PROTECTED: &str = "client_protected";
     /// A client's configs were restored from the dashboard.
     pub const CLIENT_UNPROTECTED: &str = "client_unprotected";
+    /// Wrapped entries were pointed at the current binary at start.
+    pub const CLIENT_CONFIG_REPAIRED: &str = "client_config_repaired";
 }
 
 /// Maps store failures to safe API errors.
