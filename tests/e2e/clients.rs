@@ -626,6 +626,23 @@ fn one_servers_secret_in_a_call_to_another_server_is_blocked() {
     let logs = sb.path().join("logs");
     std::fs::create_dir_all(&logs).unwrap();
 
+    // Guarded from protect on: github has never run, yet its token is
+    // refused in a call to slack (protect published the fingerprints).
+    {
+        let mut first = cursor_launch(
+            &peers,
+            &sb,
+            &file,
+            "slack",
+            sb.path(),
+            &logs.join("slack-first.log"),
+        );
+        let r = first.call("post", json!({ "text": format!("token {GITHUB_TOKEN}") }));
+        assert_eq!(r["isError"], true, "blocked before github ever ran: {r}");
+        assert!(result_text(&r).contains("secret_egress"), "{r}");
+        first.quit();
+    }
+
     // Both wrap processes of one Cursor window.
     let mut gh = cursor_launch(
         &peers,

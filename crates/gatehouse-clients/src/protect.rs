@@ -23,6 +23,17 @@ use crate::ClientError;
 pub trait ServerRegistry {
     /// Records (or replaces) one server's identity.
     fn register(&self, server: &ProtectedServer) -> Result<(), ClientError>;
+
+    /// Publishes keyed fingerprints of the secrets just moved for `server_id`
+    /// (the secret egress guard), so they are guarded before that server
+    /// first runs. Never stores the values.
+    fn publish_secrets(
+        &self,
+        _server_id: &str,
+        _secrets: &[(&str, &Secret<String>)],
+    ) -> Result<(), ClientError> {
+        Ok(())
+    }
 }
 
 /// A registry that records nothing (the state file still does).
@@ -597,6 +608,15 @@ impl Protector<'_> {
                 added_env_vars: added,
             };
             self.registry.register(&record)?;
+            let secrets: Vec<(&str, &Secret<String>)> = plan
+                .env_moves
+                .iter()
+                .chain(&plan.arg_secrets)
+                .map(|(name, value)| (name.as_str(), value))
+                .collect();
+            if !secrets.is_empty() {
+                self.registry.publish_secrets(&plan.id, &secrets)?;
+            }
             state.servers.retain(|s| s.id != record.id);
             state.servers.push(record);
         }

@@ -22,7 +22,6 @@ use gatehouse_store::Store;
 use gatehouse_vault::guard::Encoding;
 use gatehouse_vault::{GuardKey, SecretFingerprint, SecretGuard};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tracing::warn;
 
@@ -34,12 +33,7 @@ const RELOAD_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The fingerprint key: derived from the per-install key, never stored.
 pub fn guard_key(install_key: &[u8]) -> GuardKey {
-    let bytes: [u8; 32] = Sha256::new()
-        .chain_update(b"gatehouse.egress.v1")
-        .chain_update(install_key)
-        .finalize()
-        .into();
-    GuardKey::from_bytes(bytes)
+    GuardKey::for_install(install_key)
 }
 
 /// The egress hook of one wrap process.

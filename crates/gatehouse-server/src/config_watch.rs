@@ -164,11 +164,7 @@ pub fn start(
             .map(|r| r.id.clone())
             .collect();
         let auto = state.auto_protects(file.client.key) && gatehouse_exe.is_some();
-        let registry = StoreRegistry {
-            store: store.clone(),
-            runtime: runtime.clone(),
-            now_ms: now_ms(),
-        };
+        let registry = StoreRegistry::new(store.clone(), runtime.clone(), now_ms(), &home);
         let protector = Protector {
             gatehouse_home: home.clone(),
             exe: gatehouse_exe.clone().unwrap_or_default(),

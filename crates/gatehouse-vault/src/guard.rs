@@ -53,6 +53,18 @@ impl fmt::Debug for GuardKey {
 }
 
 impl GuardKey {
+    /// The installation's fingerprint key, derived from its per-install key
+    /// (never stored). Every process of one install derives the same key.
+    pub fn for_install(install_key: &[u8]) -> Self {
+        use sha2::{Digest, Sha256};
+        let bytes: [u8; 32] = Sha256::new()
+            .chain_update(b"gatehouse.egress.v1")
+            .chain_update(install_key)
+            .finalize()
+            .into();
+        GuardKey(bytes)
+    }
+
     /// A fresh random key.
     pub fn generate() -> Result<Self, getrandom::Error> {
         let mut bytes = [0u8; 32];
@@ -113,6 +125,20 @@ impl fmt::Debug for SecretFingerprint {
             .field("len", &self.len)
             .finish()
     }
+}
+
+/// The published form of `owner`'s secrets: (name, encoded fingerprint) for
+/// each one long enough to be guarded.
+pub fn publishable(
+    key: &GuardKey,
+    owner: &str,
+    secrets: &[(&str, &Secret<String>)],
+) -> Vec<(String, String)> {
+    secrets
+        .iter()
+        .filter_map(|(name, value)| SecretFingerprint::compute(key, owner, name, value))
+        .map(|f| (f.name.clone(), f.encode()))
+        .collect()
 }
 
 impl SecretFingerprint {

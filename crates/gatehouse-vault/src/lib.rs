@@ -22,7 +22,7 @@ pub mod session_bus;
 
 use std::time::Duration;
 
-pub use guard::{GuardHit, GuardKey, SecretFingerprint, SecretGuard, MIN_GUARDED_LEN};
+pub use guard::{publishable, GuardHit, GuardKey, SecretFingerprint, SecretGuard, MIN_GUARDED_LEN};
 pub use keyring_vault::{
     KeyStore, KeyringVault, OsKeyStore, MAX_TIMEOUT, SERVICE, WINDOWS_BLOB_LIMIT,
 };

@@ -9,10 +9,7 @@ use std::sync::Mutex;
 use anyhow::{bail, Context};
 use gatehouse_clients::discover::{all_projects, config_files};
 use gatehouse_clients::protect::{new_server_id, SystemProbe};
-use gatehouse_clients::{
-    detect, ClientError, ClientSpec, FileReport, HomeDirs, Options, ProtectedServer, Protector,
-    ServerRegistry, CLIENTS,
-};
+use gatehouse_clients::{detect, ClientSpec, FileReport, HomeDirs, Options, Protector, CLIENTS};
 use gatehouse_vault::KeyringVault;
 
 #[derive(clap::Args)]
@@ -168,50 +165,6 @@ fn known() -> String {
     CLIENTS.iter().map(|c| c.key).collect::<Vec<_>>().join(", ")
 }
 
-/// Identity records go to the store, where `gatehouse wrap` checks them.
-struct StoreRegistry {
-    rt: tokio::runtime::Runtime,
-    store: gatehouse_store::Store,
-}
-
-impl StoreRegistry {
-    fn open(home: &Path) -> anyhow::Result<Self> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let store = rt
-            .block_on(gatehouse_store::Store::open(
-                home,
-                gatehouse_store::StoreOptions::control_plane(),
-            ))
-            .with_context(|| format!("opening the Gatehouse database in {}", home.display()))?;
-        Ok(Self { rt, store })
-    }
-}
-
-impl ServerRegistry for StoreRegistry {
-    fn register(&self, s: &ProtectedServer) -> Result<(), ClientError> {
-        let server = gatehouse_store::NewServer {
-            id: s.id.clone(),
-            display_name: s.entry_name.clone(),
-            client: s.client.clone(),
-            config_path: s.config_path.clone(),
-            scope: s.scope.clone(),
-            entry_name: s.entry_name.clone(),
-            command_hash: s.launch_hash.clone(),
-            argv_json: serde_json::to_string(&s.argv)
-                .map_err(|e| ClientError::State(e.to_string()))?,
-            cwd: s.cwd.clone(),
-        };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        self.rt
-            .block_on(self.store.register_protected_server(&server, now))
-            .map_err(|e| ClientError::State(format!("recording server {}: {e}", s.id)))
-    }
-}
-
 fn stamp() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -292,7 +245,29 @@ fn run_files(
     let exe = std::env::current_exe().context("locating the gatehouse binary")?;
     let exe = std::fs::canonicalize(&exe).unwrap_or(exe);
     let vault = KeyringVault::new();
-    let registry = StoreRegistry::open(&gatehouse_home)?;
+    // Identity records (and secret fingerprints) go to the store, where
+    // `gatehouse wrap` reads them.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let store = rt
+        .block_on(gatehouse_store::Store::open(
+            &gatehouse_home,
+            gatehouse_store::StoreOptions::control_plane(),
+        ))
+        .with_context(|| {
+            format!(
+                "opening the Gatehouse database in {}",
+                gatehouse_home.display()
+            )
+        })?;
+    let registry = gatehouse_server::api::clients::StoreRegistry::new(
+        store,
+        rt.handle().clone(),
+        gatehouse_store::now_ms(),
+        &gatehouse_home,
+    );
     let probe = SystemProbe;
     let protector = Protector {
         gatehouse_home: gatehouse_home.clone(),

@@ -86,15 +86,59 @@ pub(crate) async fn unprotect(
     change(state, who, id, true).await
 }
 
-/// Identities go to the store, where `gatehouse wrap` checks them. Also
-/// used by the config watcher (from its own thread, never a runtime's).
-pub(crate) struct StoreRegistry {
-    pub(crate) store: Store,
-    pub(crate) runtime: tokio::runtime::Handle,
-    pub(crate) now_ms: i64,
+/// Identities (and fingerprints of moved secrets) go to the store, where
+/// `gatehouse wrap` reads them. Used by the API, the config watcher and
+/// `gatehouse protect`, always from a thread outside the runtime.
+pub struct StoreRegistry {
+    store: Store,
+    runtime: tokio::runtime::Handle,
+    now_ms: i64,
+    /// The install's fingerprint key (None: the install key is unreadable,
+    /// so nothing is published and wrap publishes at its start instead).
+    guard_key: Option<gatehouse_vault::GuardKey>,
+}
+
+impl StoreRegistry {
+    pub fn new(
+        store: Store,
+        runtime: tokio::runtime::Handle,
+        now_ms: i64,
+        home: &std::path::Path,
+    ) -> Self {
+        let guard_key = gatehouse_store::home::install_key(home)
+            .ok()
+            .map(|k| gatehouse_vault::GuardKey::for_install(&k));
+        StoreRegistry {
+            store,
+            runtime,
+            now_ms,
+            guard_key,
+        }
+    }
 }
 
 impl ServerRegistry for StoreRegistry {
+    fn publish_secrets(
+        &self,
+        server_id: &str,
+        secrets: &[(&str, &gatehouse_vault::Secret<String>)],
+    ) -> Result<(), ClientError> {
+        let Some(key) = &self.guard_key else {
+            return Ok(());
+        };
+        let items = gatehouse_vault::publishable(key, server_id, secrets);
+        let refs: Vec<(&str, &str)> = items
+            .iter()
+            .map(|(n, f)| (n.as_str(), f.as_str()))
+            .collect();
+        self.runtime
+            .block_on(
+                self.store
+                    .replace_fingerprints(server_id, &refs, self.now_ms),
+            )
+            .map_err(|e| ClientError::State(format!("publishing fingerprints of {server_id}: {e}")))
+    }
+
     fn register(&self, s: &ProtectedServer) -> Result<(), ClientError> {
         let server = NewServer {
             id: s.id.clone(),
@@ -126,11 +170,12 @@ async fn change(state: AppState, who: Authed, id: String, undo: bool) -> ApiResu
     };
     let spec = gatehouse_clients::client(&id).ok_or(ApiError::NotFound("client"))?;
     let home: PathBuf = std::path::absolute(&state.home).unwrap_or_else(|_| state.home.clone());
-    let registry = StoreRegistry {
-        store: state.store.clone(),
-        runtime: tokio::runtime::Handle::current(),
-        now_ms: state.now_ms(),
-    };
+    let registry = StoreRegistry::new(
+        state.store.clone(),
+        tokio::runtime::Handle::current(),
+        state.now_ms(),
+        &home,
+    );
     let stamp = (state.now_ms() / 1000).to_string();
     let files = tokio::task::spawn_blocking(move || {
         let protector = Protector {
@@ -218,11 +263,12 @@ async fn change(state: AppState, who: Authed, id: String, undo: bool) -> ApiResu
 /// stderr). Each changed file is a `client_config_repaired` event. Returns
 /// the changed files.
 pub async fn repair_all(store: Store, home: PathBuf, exe: PathBuf) -> Vec<PathBuf> {
-    let registry = StoreRegistry {
-        store: store.clone(),
-        runtime: tokio::runtime::Handle::current(),
-        now_ms: gatehouse_store::now_ms(),
-    };
+    let registry = StoreRegistry::new(
+        store.clone(),
+        tokio::runtime::Handle::current(),
+        gatehouse_store::now_ms(),
+        &home,
+    );
     let stamp = (gatehouse_store::now_ms() / 1000).to_string();
     let reports = tokio::task::spawn_blocking(move || {
         // Nothing moves into the keyring when only repairing.
