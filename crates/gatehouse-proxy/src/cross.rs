@@ -22,7 +22,7 @@ use gatehouse_engine::cross_server::{
 use gatehouse_engine::{Action, EngineEvent, Inspector, Output, Relay, Severity};
 use gatehouse_protocol::RequestId;
 use gatehouse_store::{
-    BucketState, CallCheck, CallDecision, CallId, LocalCall, NewCall, Store, WindowLoad,
+    now_ms, BucketState, CallCheck, CallDecision, CallId, LocalCall, NewCall, Store, WindowLoad,
     WindowSnapshot,
 };
 use serde_json::Value;
@@ -109,13 +109,6 @@ pub fn taint_key(install_key: &[u8]) -> TaintKey {
     TaintKey::new(&bytes)
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 fn id_key(id: &Value) -> String {
     id.to_string()
 }
@@ -131,14 +124,14 @@ impl Cross {
         joining: Option<JoinHandle<Option<Arc<Presence>>>>,
         me: CrossIdentity,
         policy: &Policy,
-        server: &ServerSettings,
+        rules: CrossRules,
         key: TaintKey,
     ) -> Cross {
         Cross {
             store,
             presence: None,
             joining,
-            rules: rules_for(policy, server),
+            rules,
             policy: policy.clone(),
             key,
             fail_closed: policy.fail_closed(),

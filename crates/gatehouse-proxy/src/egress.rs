@@ -18,7 +18,7 @@ use std::time::Duration;
 use gatehouse_engine::cross_server::{blocked_answer, CrossFinding};
 use gatehouse_engine::{Action, EngineEvent, Output, Severity};
 use gatehouse_protocol::RequestId;
-use gatehouse_store::Store;
+use gatehouse_store::{now_ms, Store};
 use gatehouse_vault::guard::Encoding;
 use gatehouse_vault::{GuardKey, SecretFingerprint, SecretGuard};
 use serde_json::Value;
@@ -240,13 +240,6 @@ async fn follow(
 
 fn mentions(bytes: &[u8], needle: &[u8]) -> bool {
     bytes.windows(needle.len()).any(|w| w == needle)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gatehouse_engine::cross_server::{Bucket, ToolClass};
-use gatehouse_store::{BucketState, CallId, LocalCall, Store};
+use gatehouse_store::{now_ms, BucketState, CallId, LocalCall, Store};
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 use tracing::warn;
@@ -108,13 +108,6 @@ pub struct Presence {
     stamp: PathBuf,
     window_ms: i64,
     pub local: Mutex<Local>,
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 /// Whether process `pid` still exists (unverifiable platforms: assume yes,

@@ -350,12 +350,13 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         command_hash: command_hash.clone(),
     };
     let rules = crate::cross::rules_for(&policy, &server_settings);
+    let window_ms = rules.window_ms();
     // Joined in the background: the client's first messages need not wait
     // for it; the first checked call does.
     let joining = store.clone().map(|store| {
         let (home, session, server_id) = (home_dir.clone(), session.clone(), opts.server_id.clone());
         tokio::spawn(async move {
-            crate::presence::Presence::join(store, &home, &session, &server_id, rules.window_ms())
+            crate::presence::Presence::join(store, &home, &session, &server_id, window_ms)
                 .await
                 .map_err(|err| {
                     warn!(%err, "could not join the client session; every call is checked in the database");
@@ -368,7 +369,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         joining,
         me,
         &policy,
-        &server_settings,
+        rules,
         crate::cross::taint_key(&home::install_key(&home_dir)?),
     );
 

@@ -24,7 +24,7 @@ use gatehouse_clients::protect::{new_server_id, SystemProbe};
 use gatehouse_clients::state::{file_key, StateDir};
 use gatehouse_clients::watch::{review_change, ConfigWatcher, Finding, WatchPolicy};
 use gatehouse_clients::{HomeDirs, Protector, CLIENTS};
-use gatehouse_store::{Action, NewEvent, Severity, Store};
+use gatehouse_store::{now_ms, Action, NewEvent, Severity, Store};
 use gatehouse_vault::{Secret, Vault, VaultError};
 
 use crate::api::clients::StoreRegistry;
@@ -209,10 +209,6 @@ pub fn start(
         }
     })?;
     Ok(Some(watcher))
-}
-
-fn now_ms() -> i64 {
-    gatehouse_store::now_ms()
 }
 
 fn base(kind: &str, severity: Severity, reason: String, file: &ConfigFile) -> NewEvent {

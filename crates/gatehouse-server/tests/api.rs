@@ -1233,13 +1233,7 @@ async fn clients_are_discovered_from_the_configured_home() {
     .unwrap();
     let store = common::open_store(home.path()).await;
     let mut config = common::config_for(home.path(), store);
-    config.client_dirs = Some(gatehouse_clients::HomeDirs {
-        os: gatehouse_clients::Os::Linux,
-        home: user.path().to_path_buf(),
-        config: user.path().join(".config"),
-        system_root: user.path().join("sys"),
-        env: Default::default(),
-    });
+    config.client_dirs = Some(common::linux_user_dirs(user.path()));
     let (_stop, rx) = tokio::sync::watch::channel(false);
     let state = gatehouse_server::AppState::new(&config, common::PORT, "s".into(), rx);
     let token = state
@@ -1292,13 +1286,7 @@ async fn clients_are_protected_and_restored_from_the_dashboard() {
     std::fs::write(&cfg, original).unwrap();
     let store = common::open_store(home.path()).await;
     let mut config = common::config_for(home.path(), store.clone());
-    config.client_dirs = Some(gatehouse_clients::HomeDirs {
-        os: gatehouse_clients::Os::Linux,
-        home: user.path().to_path_buf(),
-        config: user.path().join(".config"),
-        system_root: user.path().join("sys"),
-        env: Default::default(),
-    });
+    config.client_dirs = Some(common::linux_user_dirs(user.path()));
     let vault = std::sync::Arc::new(gatehouse_vault::MemoryVault::new());
     config.vault = Some(vault.clone());
     config.gatehouse_exe = Some("/opt/gatehouse/bin/gatehouse".into());

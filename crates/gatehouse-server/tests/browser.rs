@@ -132,13 +132,7 @@ async fn dashboard_in_headless_chromium() {
         r#"{ "mcpServers": { "github": { "command": "npx", "args": ["-y", "@modelcontextprotocol/server-github"], "env": { "GITHUB_TOKEN": "ghp_canary0123456789abcdefghijklmnopqrstuv" } } } }"#,
     )
     .unwrap();
-    config.client_dirs = Some(gatehouse_clients::HomeDirs {
-        os: gatehouse_clients::Os::Linux,
-        home: user.path().to_path_buf(),
-        config: user.path().join(".config"),
-        system_root: user.path().join("sys"),
-        env: Default::default(),
-    });
+    config.client_dirs = Some(common::linux_user_dirs(user.path()));
     let vault = std::sync::Arc::new(gatehouse_vault::MemoryVault::new());
     config.vault = Some(vault.clone());
     config.gatehouse_exe = Some("/opt/gatehouse/bin/gatehouse".into());

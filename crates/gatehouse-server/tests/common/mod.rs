@@ -324,3 +324,15 @@ pub async fn consent_id(store: &Store, server: &str, kind: &str) -> i64 {
 pub fn config_for(home: &std::path::Path, store: Store) -> ServerConfig {
     ServerConfig::new(home.to_path_buf(), store, mac_key())
 }
+
+/// Client directories of a Linux user whose home is `user` (fixture configs
+/// live below it).
+pub fn linux_user_dirs(user: &std::path::Path) -> gatehouse_clients::HomeDirs {
+    gatehouse_clients::HomeDirs {
+        os: gatehouse_clients::Os::Linux,
+        home: user.to_path_buf(),
+        config: user.join(".config"),
+        system_root: user.join("sys"),
+        env: Default::default(),
+    }
+}
