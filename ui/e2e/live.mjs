@@ -3,111 +3,23 @@
 // `gatehouse wrap` processes around a FastMCP server, each driven by the
 // Python MCP client. This script asks the Rust side to act on the servers
 // by writing `need:<what>` lines on stdout; the answer is one line on stdin,
-// `ok` or `fail: <why>`. Real headless Debian Chromium via playwright-core.
+// `ok` or `fail: <why>`. Real headless Debian Chromium via playwright-core
+// (ui/e2e/harness.mjs).
 //
 // Env: GATEHOUSE_URL (one-time sign-in URL), SCREENSHOT_DIR,
 // CHROMIUM (default /usr/bin/chromium).
-import { chromium } from "playwright-core";
-import { createRequire } from "node:module";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import readline from "node:readline";
-
-const require = createRequire(import.meta.url);
-const AXE = fs.readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
-const URL0 = process.env.GATEHOUSE_URL;
-const SHOTS = process.env.SCREENSHOT_DIR ?? "artifacts/screenshots";
-const origin = new URL(URL0).origin;
-
-let passed = 0;
-let failed = 0;
-const log = (...a) => process.stderr.write(a.join(" ") + "\n");
+import { URL0, assert, log, openHarness } from "./harness.mjs";
 
 // Later steps build on earlier ones: stop at the first failure.
-async function step(name, fn) {
-  if (failed) return;
-  const t = Date.now();
-  try {
-    await fn();
-    passed++;
-    log(`ok   ${name} (${Date.now() - t} ms)`);
-  } catch (e) {
-    failed++;
-    log(`FAIL ${name}: ${e?.stack ?? e}`);
-    await shot("failure").catch(() => {});
-  }
-}
-
-function assert(cond, msg) {
-  if (!cond) throw new Error(msg);
-}
-
-const rl = readline.createInterface({ input: process.stdin });
-const replies = [];
-let waiter = null;
-rl.on("line", (l) => {
-  if (waiter) {
-    const w = waiter;
-    waiter = null;
-    w(l);
-  } else replies.push(l);
+const { page, step, ask, nav, shot, axe, tabUntil, cspHeldStep, finish } = await openHarness({
+  profile: "gatehouse-live-",
+  stopAtFirstFailure: true,
 });
+
 /** Asks the Rust side to do `what` to the real servers; throws on `fail:`. */
 async function rust(what) {
-  process.stdout.write(`need:${what}\n`);
-  const reply = await new Promise((resolve) => {
-    if (replies.length) resolve(replies.shift());
-    else waiter = resolve;
-  });
+  const reply = await ask(what);
   assert(reply === "ok", `${what}: ${reply}`);
-}
-
-const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "gatehouse-live-"));
-const context = await chromium.launchPersistentContext(userDataDir, {
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1280, height: 900 },
-  colorScheme: "light",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-});
-fs.mkdirSync(SHOTS, { recursive: true });
-
-const cspViolations = [];
-const page = context.pages()[0] ?? (await context.newPage());
-page.on("dialog", (d) => d.dismiss());
-page.on("console", (m) => {
-  if (/Content Security Policy/i.test(m.text())) cspViolations.push(m.text());
-});
-page.on("pageerror", (e) => log("page error:", e.message));
-
-async function nav(label) {
-  await page.getByRole("link", { name: label, exact: true }).click();
-  await page.getByRole("heading", { level: 1, name: label }).waitFor();
-}
-
-async function shot(name) {
-  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
-}
-
-async function axe(label) {
-  await page.evaluate(AXE); // via DevTools protocol: not subject to the page's CSP
-  const result = await page.evaluate(async () => {
-    // eslint-disable-next-line no-undef
-    const r = await axe.run(document, { resultTypes: ["violations"] });
-    return r.violations.map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.length, target: v.nodes[0]?.target?.join(" ") }));
-  });
-  const serious = result.filter((v) => v.impact === "serious" || v.impact === "critical");
-  assert(serious.length === 0, `axe (${label}): ${JSON.stringify(serious)}`);
-}
-
-async function tabUntil(selector, max = 80) {
-  await page.locator("#main").focus();
-  for (let i = 0; i < max; i++) {
-    await page.keyboard.press("Tab");
-    if (await page.evaluate((sel) => document.activeElement?.matches(sel) ?? false, selector)) return i + 1;
-  }
-  throw new Error(`Tab never reached ${selector}`);
 }
 
 /** Opens the inbox until a card with `text` is there (the wrap posts it). */
@@ -209,15 +121,5 @@ for (const theme of ["light", "dark"]) {
   });
 }
 
-await step("CSP held: no violations reported by our own pages", async () => {
-  assert(cspViolations.length === 0, "CSP violations: " + cspViolations.join(" | "));
-  const csp = (await page.request.get(origin + "/overview")).headers()["content-security-policy"];
-  assert(csp && csp.includes("script-src 'self'") && csp.includes("frame-ancestors 'none'"), "strict CSP header present");
-});
-
-await context.close();
-fs.rmSync(userDataDir, { recursive: true, force: true });
-rl.close();
-log(`${passed} passed, ${failed} failed`);
-process.stdout.write(`${passed} passed, ${failed} failed\n`);
-process.exit(failed ? 1 : 0);
+await cspHeldStep();
+await finish();

@@ -2,114 +2,21 @@
 // crates/gatehouse-server/tests/browser.rs (which seeds the database,
 // serves the control plane and answers "need:event:<marker>" lines on
 // stdout by inserting an event). Real headless Debian Chromium through
-// playwright-core; no browser download.
+// playwright-core (ui/e2e/harness.mjs); no browser download.
 //
 // Env: GATEHOUSE_URL (one-time sign-in URL), SCREENSHOT_DIR, FRAME_COUNT,
 // CHROMIUM (default /usr/bin/chromium).
-import { chromium } from "playwright-core";
-import { createRequire } from "node:module";
-import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import readline from "node:readline";
 
-const require = createRequire(import.meta.url);
-const AXE = fs.readFileSync(require.resolve("axe-core/axe.min.js"), "utf8");
-const URL0 = process.env.GATEHOUSE_URL;
-const SHOTS = process.env.SCREENSHOT_DIR ?? "artifacts/screenshots";
+import { URL0, SHOTS, assert, log, openHarness } from "./harness.mjs";
+
 const FRAME_COUNT = Number(process.env.FRAME_COUNT ?? "0");
-const origin = new URL(URL0).origin;
 
-let passed = 0;
-let failed = 0;
-const log = (...a) => process.stderr.write(a.join(" ") + "\n");
-
-async function step(name, fn) {
-  const t = Date.now();
-  try {
-    await fn();
-    passed++;
-    log(`ok   ${name} (${Date.now() - t} ms)`);
-  } catch (e) {
-    failed++;
-    log(`FAIL ${name}: ${e?.stack ?? e}`);
-  }
-}
-
-function assert(cond, msg) {
-  if (!cond) throw new Error(msg);
-}
+const { context, page, dialogs, step, ask, nav, shot, axe, tabUntil, cspHeldStep, finish } =
+  await openHarness({ profile: "gatehouse-e2e-", stopAtFirstFailure: false });
 
 // Ask the Rust side for a live event and wait for its "ok".
-const rl = readline.createInterface({ input: process.stdin });
-const replies = [];
-let waiter = null;
-rl.on("line", (l) => {
-  if (waiter) {
-    const w = waiter;
-    waiter = null;
-    w(l);
-  } else replies.push(l);
-});
-function requestEvent(marker) {
-  process.stdout.write(`need:event:${marker}\n`);
-  return new Promise((resolve) => {
-    if (replies.length) resolve(replies.shift());
-    else waiter = resolve;
-  });
-}
-
-const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "gatehouse-e2e-"));
-// Playwright passes the temp profile as --user-data-dir itself.
-const context = await chromium.launchPersistentContext(userDataDir, {
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1280, height: 900 },
-  colorScheme: "light",
-  args: [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-});
-fs.mkdirSync(SHOTS, { recursive: true });
-
-const dialogs = [];
-const cspViolations = [];
-const page = context.pages()[0] ?? (await context.newPage());
-page.on("dialog", async (d) => {
-  dialogs.push(d.message());
-  await d.dismiss();
-});
-page.on("console", (m) => {
-  if (/Content Security Policy/i.test(m.text())) cspViolations.push(m.text());
-});
-page.on("pageerror", (e) => log("page error:", e.message));
-
-async function nav(label) {
-  await page.getByRole("link", { name: label, exact: true }).click();
-  await page.getByRole("heading", { level: 1, name: label }).waitFor();
-}
-
-async function shot(name) {
-  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
-}
-
-async function axe(label) {
-  await page.evaluate(AXE); // via DevTools protocol: not subject to the page's CSP
-  const result = await page.evaluate(async () => {
-    // eslint-disable-next-line no-undef
-    const r = await axe.run(document, { resultTypes: ["violations"] });
-    return r.violations.map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.length, target: v.nodes[0]?.target?.join(" ") }));
-  });
-  const serious = result.filter((v) => v.impact === "serious" || v.impact === "critical");
-  assert(serious.length === 0, `axe (${label}): ${JSON.stringify(serious)}`);
-}
+const requestEvent = (marker) => ask(`event:${marker}`);
 
 async function inert(where) {
   const active = await page.evaluate(() => ({
@@ -119,16 +26,6 @@ async function inert(where) {
   assert(active.pwned === null, `${where}: injected script ran`);
   assert(active.elements === 0, `${where}: server text produced ${active.elements} active elements`);
   assert(dialogs.length === 0, `${where}: a dialog opened: ${dialogs.join(" | ")}`);
-}
-
-async function tabUntil(selector, max = 80) {
-  await page.locator("#main").focus();
-  for (let i = 0; i < max; i++) {
-    await page.keyboard.press("Tab");
-    const hit = await page.evaluate((sel) => document.activeElement?.matches(sel) ?? false, selector);
-    if (hit) return i + 1;
-  }
-  throw new Error(`Tab never reached ${selector}`);
 }
 
 await step("sign in with the one-time link", async () => {
@@ -284,15 +181,5 @@ await step("axe-core: no serious findings on any page, dark theme", async () => 
   }
 });
 
-await step("CSP held: no violations reported by our own pages", async () => {
-  assert(cspViolations.length === 0, "CSP violations: " + cspViolations.join(" | "));
-  const csp = (await page.request.get(origin + "/overview")).headers()["content-security-policy"];
-  assert(csp && csp.includes("script-src 'self'") && csp.includes("frame-ancestors 'none'"), "strict CSP header present");
-});
-
-await context.close();
-fs.rmSync(userDataDir, { recursive: true, force: true });
-rl.close();
-log(`${passed} passed, ${failed} failed`);
-process.stdout.write(`${passed} passed, ${failed} failed\n`);
-process.exit(failed ? 1 : 0);
+await cspHeldStep();
+await finish();
