@@ -45,6 +45,10 @@ enum Command {
     Protect(commands::clients::ProtectArgs),
     /// Restore AI clients' MCP configs.
     Unprotect(commands::clients::UnprotectArgs),
+    /// Pause protection: every wrapped server records but blocks nothing, until it ends by itself.
+    Pause(commands::protection::PauseArgs),
+    /// End a pause now.
+    Resume(commands::protection::ResumeArgs),
     /// Server secrets in the OS keyring.
     #[command(subcommand)]
     Vault(commands::vault::VaultCommand),
@@ -68,6 +72,8 @@ fn main() -> ExitCode {
         Command::Clients(args) => commands::clients::run_clients(args),
         Command::Protect(args) => commands::clients::run_protect(args),
         Command::Unprotect(args) => commands::clients::run_unprotect(args),
+        Command::Pause(args) => commands::protection::run_pause(args),
+        Command::Resume(args) => commands::protection::run_resume(args),
         Command::Vault(cmd) => commands::vault::run(cmd),
         Command::Up(args) => commands::up::run_up(args),
         Command::Dashboard(args) => commands::up::run_dashboard(args),

@@ -87,6 +87,11 @@ impl Egress {
         }
     }
 
+    /// Replaces the audit-only switch (pause / resume).
+    pub fn set_audit_only(&mut self, audit_only: bool) {
+        self.audit_only = audit_only;
+    }
+
     /// Number of other servers' secrets guarded right now.
     pub fn guarded(&self) -> usize {
         self.guard.borrow().len()

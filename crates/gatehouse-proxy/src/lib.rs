@@ -18,6 +18,7 @@ pub mod egress;
 mod inbox;
 pub mod lines;
 mod outbox;
+mod pause;
 mod presence;
 pub mod session;
 mod stdio;

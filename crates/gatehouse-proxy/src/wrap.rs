@@ -198,7 +198,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         );
     }
     // Secret egress guard (issue 6): publish ours, guard the others'.
-    let egress = crate::egress::Egress::start(
+    let mut egress = crate::egress::Egress::start(
         store.clone(),
         guard_key,
         &opts.server_id,
@@ -274,7 +274,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         gatehouse_config::Decision::Block { rule, reason }
     });
     if let gatehouse_config::Decision::Block { rule, reason } = decision {
-        if policy.is_audit_only() {
+        if policy.is_audit_only() || crate::pause::paused_now(store.as_ref(), &mac_key).await {
             // Audit mode records what enforcement would do and blocks nothing.
             eprintln!("gatehouse: audit mode: would refuse {server_name}: {reason} ({rule})");
             recorder.event(
@@ -334,6 +334,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             pins_tx,
         ));
     }
+    let mut paused = crate::pause::follow(store.clone(), mac_key.clone());
     let mut signals = Signals::new()?;
     let mut client_out = Outbox::new(to_client);
     let mut server_out = Outbox::new(to_server);
@@ -425,6 +426,13 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 Some(Line::Eof) | None => break None,
             },
             Some(pins) = pins_rx.recv() => relay.on_pins_reloaded(pins, now_ms()),
+            Ok(()) = paused.changed() => {
+                let audit_only = policy.is_audit_only() || *paused.borrow_and_update();
+                debug!(audit_only, "protection pause changed");
+                relay.set_audit_only(audit_only);
+                egress.set_audit_only(audit_only);
+                Vec::new()
+            }
             Some(note) = inbox.recv() => inbox.outputs(note, &relay),
             _ = tick_sleep => relay.on_tick(now_ms()),
             _ = stop_sleep => {

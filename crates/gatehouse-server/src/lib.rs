@@ -19,6 +19,7 @@ pub mod config_watch;
 pub mod control;
 pub mod error;
 pub mod guard;
+pub mod protection;
 pub mod seal;
 pub mod stream;
 

@@ -430,6 +430,9 @@ async fn every_data_endpoint_requires_a_session() {
         (Method::PUT, "/api/policy"),
         (Method::POST, "/api/policy/validate"),
         (Method::POST, "/api/policy/generate"),
+        (Method::GET, "/api/protection"),
+        (Method::POST, "/api/protection/pause"),
+        (Method::POST, "/api/protection/resume"),
     ] {
         let r = h.call(m.clone(), uri, None, Some(json!({}))).await;
         assert_eq!(
@@ -1373,5 +1376,44 @@ async fn clients_are_protected_and_restored_from_the_dashboard() {
         types.iter().any(|t| t == "client_protected")
             && types.iter().any(|t| t == "client_unprotected"),
         "both changes are events: {types:?}"
+    );
+}
+
+#[tokio::test]
+async fn pause_and_resume_protection() {
+    let (h, t) = seeded().await;
+    let r = h.get("/api/protection", &t).await;
+    assert_eq!(r.body, json!({ "state": "active" }));
+    let bad = h
+        .post("/api/protection/pause", &t, json!({ "minutes": 0 }))
+        .await;
+    expect_error(&bad, StatusCode::BAD_REQUEST, "bad_request");
+    let r = h
+        .post("/api/protection/pause", &t, json!({ "minutes": 15 }))
+        .await;
+    assert_eq!(r.body["state"], "paused", "{:?}", r.body);
+    let until = r.body["until_ms"].as_i64().unwrap();
+    // what every wrap process reads: the MAC'd row, verified with the install key
+    let stored = h.store.pause(&common::mac_key()).await.unwrap();
+    assert!(
+        matches!(stored, gatehouse_store::PauseRecord::Set(p) if p.until_ms == until),
+        "{stored:?}"
+    );
+    let overview = h.get("/api/overview", &t).await;
+    assert_eq!(overview.body["protection"]["state"], "paused");
+    let r = h.post("/api/protection/resume", &t, json!({})).await;
+    assert_eq!(r.body, json!({ "state": "active" }));
+    assert_eq!(
+        h.store.pause(&common::mac_key()).await.unwrap(),
+        gatehouse_store::PauseRecord::None
+    );
+    let events = h.get("/api/events?type=protection_paused", &t).await;
+    assert!(
+        events
+            .body
+            .to_string()
+            .contains("paused by the dashboard for 15 min"),
+        "{:?}",
+        events.body
     );
 }

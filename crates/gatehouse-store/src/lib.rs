@@ -16,7 +16,7 @@
 //! # Schema (migrations `0001`–`0003`; all tables `STRICT`)
 //! | table | key | what it holds |
 //! |---|---|---|
-//! | `meta` | `key` | key/value: last good policy, install id, … |
+//! | `meta` | `key` | key/value: last good policy, install id, the global pause (deadline + MAC, [`PauseRecord`]), … |
 //! | `servers` | `id` (opaque, from protect) | origin, display name, client, config path, scope, entry name, `command_hash` (identity), argv, cwd, launch pin (exe path + hash, script hash, package spec), first/last seen |
 //! | `server_modes` | `server_id` | normal / paused / restricted + MAC |
 //! | `tools` | (`server_id`, `name`, `hash`) | every distinct definition seen, with `hash_version`; never deleted by resets |
@@ -48,6 +48,7 @@ mod maintenance;
 mod members;
 mod meta;
 mod modes;
+mod pause;
 mod pins;
 #[cfg(test)]
 mod query_plans;
@@ -74,6 +75,7 @@ pub use mac::MacKey;
 pub use maintenance::{MaintenancePolicy, MaintenanceReport};
 pub use members::{LocalCall, SessionMember};
 pub use modes::{ModeRecord, ServerMode};
+pub use pause::{Pause, PauseRecord};
 pub use pins::{HoldState, Pin, PinState};
 pub use rate_buckets::BucketState;
 pub use servers::{Identity, LaunchPin, NewServer, Server, ServerOrigin};

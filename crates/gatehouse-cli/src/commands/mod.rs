@@ -52,6 +52,7 @@ pub mod events;
 pub mod inventory;
 pub mod pins;
 pub mod policy;
+pub mod protection;
 pub mod scan;
 pub mod store_access;
 pub mod up;

@@ -8,6 +8,7 @@ pub mod consent;
 pub mod events;
 pub mod inventory;
 pub mod policy;
+pub mod protection;
 pub mod vault;
 
 use std::collections::HashMap;
@@ -47,6 +48,10 @@ pub mod event_types {
     pub const CLIENT_UNPROTECTED: &str = "client_unprotected";
     /// Wrapped entries were pointed at the current binary at start.
     pub const CLIENT_CONFIG_REPAIRED: &str = "client_config_repaired";
+    /// Protection was paused (audit only until a deadline).
+    pub const PROTECTION_PAUSED: &str = "protection_paused";
+    /// A pause was ended before its deadline.
+    pub const PROTECTION_RESUMED: &str = "protection_resumed";
 }
 
 /// Maps store failures to safe API errors.
@@ -107,6 +112,9 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/api/policy", get(policy::get).put(policy::save))
         .route("/api/policy/validate", post(policy::check))
         .route("/api/policy/generate", post(policy::generate))
+        .route("/api/protection", get(protection::get))
+        .route("/api/protection/pause", post(protection::pause))
+        .route("/api/protection/resume", post(protection::resume))
 }
 
 async fn health() -> Json<Value> {
@@ -150,7 +158,9 @@ async fn overview(State(state): State<AppState>, _who: auth::Authed) -> ApiResul
             json!({ "id": s.id, "name": inventory::display_name(s), "client": s.client, "protected": inventory::origin_name(s) == "protect", "waiting": waiting })
         })
         .collect();
+    let protection = protection::state_json(protection::current(&state).await?);
     Ok(Json(json!({
+        "protection": protection,
         "servers": per_server,
         "counts": {
             "servers": servers.len(),

@@ -1,0 +1,106 @@
+//! Follows the global pause (tray "Pause protection", `gatehouse pause`):
+//! while it lasts, this wrap records its decisions and blocks nothing. The
+//! pause ends by itself at its deadline, with no database write needed.
+//! A pause row that fails its MAC pauses nothing (and is logged).
+
+use std::time::Duration;
+
+use gatehouse_store::{MacKey, PauseRecord, Store};
+use tokio::sync::watch;
+use tracing::warn;
+
+/// How often the database is asked whether anything changed (one cheap
+/// `PRAGMA data_version`); the pause row is read only after a change.
+const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Whether protection is paused right now (one read; for start-up checks).
+pub async fn paused_now(store: Option<&Store>, key: &MacKey) -> bool {
+    match store {
+        Some(store) => read(store, key)
+            .await
+            .paused_at(crate::wrap::now_ms() as i64),
+        None => false,
+    }
+}
+
+/// A receiver that holds `true` while protection is paused. Without a
+/// database nothing is ever paused.
+pub fn follow(store: Option<Store>, key: MacKey) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    if let Some(store) = store {
+        tokio::spawn(poll(store, key, tx));
+    }
+    rx
+}
+
+async fn poll(store: Store, key: MacKey, tx: watch::Sender<bool>) {
+    let mut version = None;
+    let mut record = PauseRecord::None;
+    loop {
+        let now = store.data_version().await.ok();
+        if now.is_none() || now != version {
+            version = now;
+            record = read(&store, &key).await;
+        }
+        let paused = record.paused_at(crate::wrap::now_ms() as i64);
+        tx.send_if_modified(|current| std::mem::replace(current, paused) != paused);
+        if tx.is_closed() {
+            return;
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+async fn read(store: &Store, key: &MacKey) -> PauseRecord {
+    match store.pause(key).await {
+        Ok(PauseRecord::Forged) => {
+            warn!("the stored pause does not verify; protection stays on");
+            PauseRecord::Forged
+        }
+        Ok(record) => record,
+        Err(err) => {
+            warn!(%err, "could not read the pause state; protection stays on");
+            PauseRecord::None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gatehouse_store::StoreOptions;
+
+    #[tokio::test]
+    async fn follows_a_pause_and_its_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default())
+            .await
+            .unwrap();
+        let key = MacKey::new([9; 32]);
+        let mut paused = follow(Some(store.clone()), key.clone());
+        assert!(!*paused.borrow_and_update());
+        let now = crate::wrap::now_ms() as i64;
+        store.set_pause(&key, now + 1_500, now).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), paused.changed())
+            .await
+            .expect("noticed within a poll")
+            .unwrap();
+        assert!(*paused.borrow_and_update(), "paused");
+        assert!(paused_now(Some(&store), &key).await);
+        tokio::time::timeout(Duration::from_secs(5), paused.changed())
+            .await
+            .expect("the deadline ends it without a write")
+            .unwrap();
+        assert!(!*paused.borrow_and_update(), "resumed by itself");
+
+        // A pause MAC'd with another install's key pauses nothing.
+        store
+            .set_pause(&MacKey::new([1; 32]), now + 60_000, now)
+            .await
+            .unwrap();
+        tokio::time::sleep(POLL_INTERVAL * 3).await;
+        assert!(!*paused.borrow(), "a forged pause is ignored");
+        assert!(!paused_now(Some(&store), &key).await);
+        assert!(!paused_now(None, &key).await, "no database, no pause");
+    }
+}
