@@ -30,6 +30,8 @@ need tauri-driver "cargo install tauri-driver --locked"
 
 # build outside the time limit; the test runs the binary cargo built
 cargo build -p gatehouse-app --bin gatehouse-app
+# protected entries run the CLI beside the app (through the stable launcher)
+cargo build -p gatehouse-cli --bin gatehouse
 cargo test -p gatehouse-app --test tray_e2e --no-run
 mkdir -p artifacts/screenshots
 

@@ -182,18 +182,18 @@ impl Shell {
             }
             tick.notify.extend(c.due(now));
         }
+        // The pause may also be set elsewhere (dashboard, `gatehouse pause`);
+        // an expired one needs no clearing: wraps follow its deadline.
+        let protection = self.backend.protection()?.at(now);
         let mut s = lock(&self.snapshot);
         if s.attention != poll.attention {
             s.attention = poll.attention;
             tick.changed = true;
         }
-        if let Protection::Paused { .. } = s.protection {
-            if s.protection.at(now) == Protection::Active {
-                self.backend.set_protection(Protection::Active)?;
-                s.protection = Protection::Active;
-                tick.changed = true;
-            }
+        if s.protection.at(now) != protection {
+            tick.changed = true;
         }
+        s.protection = protection;
         let minutes = s.protection.minutes_left(now);
         let mut last = lock(&self.last_minutes);
         if *last != minutes {
@@ -337,11 +337,25 @@ mod tests {
         now.store(T0 + 60 * 60_000, Ordering::SeqCst);
         let tick = shell.tick().unwrap();
         assert!(tick.changed);
-        assert_eq!(
-            backend.protection().unwrap(),
-            Protection::Active,
-            "the expired pause is cleared where wrap processes read it"
-        );
+        assert_eq!(shell.snapshot().protection, Protection::Active);
         assert!(menu::action_ids(&shell.menu()).contains(&"pause:60".to_string()));
+    }
+
+    #[test]
+    fn a_pause_set_elsewhere_shows_at_the_next_tick() {
+        let (shell, backend, _) = fixture();
+        shell.tick().unwrap();
+        // e.g. `gatehouse pause` or the dashboard
+        backend
+            .set_protection(Protection::paused_for(T0, 15))
+            .unwrap();
+        assert!(shell.tick().unwrap().changed, "redrawn");
+        assert_eq!(
+            shell.tray_status().protection,
+            Protection::paused_for(T0, 15)
+        );
+        backend.set_protection(Protection::Active).unwrap();
+        assert!(shell.tick().unwrap().changed, "resumed elsewhere");
+        assert_eq!(shell.tray_status().protection, Protection::Active);
     }
 }

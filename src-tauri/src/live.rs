@@ -6,18 +6,23 @@
 //! - dashboard URL: the in-process control plane (`gatehouse-server`), or the
 //!   one already running for this home (`gatehouse up`), through a one-time
 //!   sign-in link;
-//! - clients and notices: a fixture directory when `GATEHOUSE_APP_FIXTURE`
-//!   is set (end-to-end tests and demos), see [`FixtureSource`].
+//! - clients: the AI client configs under the user's home, found and changed
+//!   through `gatehouse-clients` (the same code as `gatehouse protect`);
+//! - notices and attention: the shared database ([`StoreSource`]);
+//! - the pause: the MAC'd pause row every `gatehouse wrap` follows
+//!   (`gatehouse_server::protection`).
 
 use std::any::Any;
-use std::io::{BufRead, Seek};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use gatehouse_server::api::clients::ClientChanger;
 use gatehouse_server::control::{self, Acquired};
+use gatehouse_server::protection::ProtectionState;
 use gatehouse_server::{ControlInfo, ServerConfig, ServerHandle};
 use gatehouse_store::{
-    Action, ConsentKind, ConsentState, EventFilter, Severity as StoreSeverity, Store, StoreOptions,
+    Action, ConsentKind, ConsentState, EventFilter, MacKey, Severity as StoreSeverity, Store,
+    StoreOptions,
 };
 
 use crate::backend::{Backend, BackendError, Poll};
@@ -26,14 +31,9 @@ use crate::menu::ClientItem;
 use crate::notify::{Notice, NoticeKind};
 use crate::state::Protection;
 
-/// Environment variable naming a fixture directory (see [`FixtureSource`]).
-pub const FIXTURE_ENV: &str = "GATEHOUSE_APP_FIXTURE";
-
 /// Why the app cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot use the fixture directory {path}: {reason}")]
-    Fixture { path: PathBuf, reason: String },
     #[error("cannot take the control-plane lock in {home}: {reason}")]
     Control { home: PathBuf, reason: String },
     #[error("cannot start the control plane: {0}")]
@@ -51,6 +51,8 @@ pub struct Started {
 pub fn start() -> Result<Started, StartError> {
     let home = gatehouse_store::home::resolve(None);
     let launcher = install_launcher();
+    // Protect from the dashboard and the tray moves secrets into the keyring.
+    let keyring = block(gatehouse_server::probe_keyring());
     let mut keep: Vec<Box<dyn Any + Send>> = Vec::new();
     let mut store: Option<Store> = None;
     let control = match control::acquire(&home).map_err(|e| StartError::Control {
@@ -67,8 +69,8 @@ pub fn start() -> Result<Started, StartError> {
                 let store = config.store.clone();
                 // Protect from the dashboard writes the stable launcher into
                 // wrapped entries, and moves secrets into the keyring.
-                config.gatehouse_exe = launcher;
-                config.vault = gatehouse_server::probe_keyring().await;
+                config.gatehouse_exe = launcher.clone();
+                config.vault = keyring.clone();
                 // The watcher (auto-protect) uses the same keyring and binary.
                 let watch = gatehouse_server::config_watch::WatchSetup {
                     gatehouse_exe: config.gatehouse_exe.clone(),
@@ -115,25 +117,43 @@ pub fn start() -> Result<Started, StartError> {
             }
         }
     };
-    let fixture = match std::env::var_os(FIXTURE_ENV).filter(|v| !v.is_empty()) {
-        Some(dir) => Some(FixtureSource::open(PathBuf::from(dir))?),
-        None => None,
-    };
     let store = match store {
         Some(s) => Some(s),
         None => block(Store::open(&home, StoreOptions::control_plane()))
             .map_err(|e| tracing::warn!(error = %e, "database unavailable; no notifications"))
             .ok(),
     };
-    let events = match store {
-        Some(store) => Some(StoreSource::new(store)?),
+    let events = match &store {
+        Some(store) => Some(StoreSource::new(store.clone())?),
         None => None,
     };
+    let dirs = gatehouse_clients::HomeDirs::from_env();
+    let changer = match (&store, launcher) {
+        (Some(store), Some(exe)) => Some(ClientChanger {
+            store: store.clone(),
+            home: home.clone(),
+            exe,
+            // Without a keyring, entries without secrets still protect; an
+            // entry with a plain-text secret fails with the keyring's error.
+            vault: keyring.unwrap_or_else(|| {
+                Arc::new(
+                    gatehouse_vault::KeyringVault::new()
+                        .with_timeout(std::time::Duration::from_secs(2)),
+                )
+            }),
+            dirs: dirs.clone(),
+        }),
+        _ => None,
+    };
+    let mac_key = gatehouse_server::control::install_key(&home)
+        .map_err(|e| tracing::warn!(error = %e, "no install key; pause unavailable"))
+        .ok();
     let backend = LiveBackend {
         control,
-        fixture,
+        dirs,
+        changer,
+        pause: store.zip(mac_key),
         events,
-        protection: Mutex::new(Protection::Active),
     };
     Ok(Started {
         backend: Arc::new(backend),
@@ -219,46 +239,92 @@ fn percent_encode(s: &str) -> String {
 
 struct LiveBackend {
     control: ControlPlane,
-    fixture: Option<FixtureSource>,
+    /// Where the AI clients' configs are.
+    dirs: gatehouse_clients::HomeDirs,
+    /// `None` without a database or a launcher to point entries at.
+    changer: Option<ClientChanger>,
+    /// The database and the install's MAC key, for the pause row.
+    pause: Option<(Store, MacKey)>,
     events: Option<StoreSource>,
-    protection: Mutex<Protection>,
 }
 
 impl Backend for LiveBackend {
     fn clients(&self) -> Result<Vec<ClientItem>, BackendError> {
-        match &self.fixture {
-            Some(f) => f.clients(),
-            None => Ok(Vec::new()),
-        }
+        Ok(gatehouse_clients::detect(&self.dirs, &[])
+            .iter()
+            .map(|c| ClientItem {
+                id: c.key.to_string(),
+                name: c.name.to_string(),
+                protected: c.is_protected(),
+                servers: c.server_count(),
+            })
+            .collect())
     }
 
     fn set_client_protected(&self, id: &str, protected: bool) -> Result<(), BackendError> {
-        match &self.fixture {
-            Some(f) => f.set_client_protected(id, protected),
-            None => Err(BackendError::UnknownClient(id.to_string())),
+        let failed = |reason: String| BackendError::Clients {
+            client: id.to_string(),
+            reason,
+        };
+        let changer = self.changer.as_ref().ok_or_else(|| {
+            failed("the database or the gatehouse launcher is unavailable".into())
+        })?;
+        let report =
+            block(changer.change(id, !protected, gatehouse_store::now_ms(), "the tray", None))
+                .map_err(|e| match e {
+                    gatehouse_server::error::ApiError::NotFound(_) => {
+                        BackendError::UnknownClient(id.to_string())
+                    }
+                    e => failed(e.to_string()),
+                })?;
+        match report.first_error() {
+            Some(reason) => Err(failed(reason)),
+            None => Ok(()),
         }
     }
 
     fn protection(&self) -> Result<Protection, BackendError> {
-        Ok(*self.protection.lock().unwrap_or_else(|e| e.into_inner()))
+        // Without a database no wrap process can be paused.
+        let Some((store, key)) = &self.pause else {
+            return Ok(Protection::Active);
+        };
+        let now = gatehouse_store::now_ms();
+        match block(gatehouse_server::protection::state(store, key, now)) {
+            Ok(ProtectionState::Paused { until_ms }) => Ok(Protection::Paused { until_ms }),
+            Ok(ProtectionState::Active) => Ok(Protection::Active),
+            Err(e) => Err(BackendError::Store(e.to_string())),
+        }
     }
 
     fn set_protection(&self, protection: Protection) -> Result<(), BackendError> {
-        *self.protection.lock().unwrap_or_else(|e| e.into_inner()) = protection;
-        Ok(())
+        let (store, key) = self
+            .pause
+            .as_ref()
+            .ok_or_else(|| BackendError::Store("no database: nothing to pause".into()))?;
+        let now = gatehouse_store::now_ms();
+        let done = match protection {
+            Protection::Paused { until_ms } => {
+                // whole minutes, rounded up (the menu offers whole minutes)
+                let minutes = u32::try_from((until_ms - now + 59_999) / 60_000)
+                    .unwrap_or(u32::MAX)
+                    .max(1);
+                block(gatehouse_server::protection::pause(
+                    store, key, minutes, now, "the tray",
+                ))
+                .map(|_| ())
+            }
+            Protection::Active => {
+                block(gatehouse_server::protection::resume(store, now, "the tray")).map(|_| ())
+            }
+        };
+        done.map_err(|e| BackendError::Store(e.to_string()))
     }
 
     fn poll(&self, now_ms: i64) -> Result<Poll, BackendError> {
-        let mut poll = match &self.events {
-            Some(e) => e.poll(now_ms)?,
-            None => Poll::default(),
-        };
-        if let Some(f) = &self.fixture {
-            let extra = f.poll()?;
-            poll.notices.extend(extra.notices);
-            poll.attention += extra.attention;
+        match &self.events {
+            Some(e) => e.poll(now_ms),
+            None => Ok(Poll::default()),
         }
-        Ok(poll)
     }
 
     fn dashboard_url(&self, route: &str) -> Result<String, BackendError> {
@@ -392,132 +458,6 @@ impl StoreSource {
         let attention = u32::try_from(recent + pending.len()).unwrap_or(u32::MAX);
         Ok(Poll { notices, attention })
     }
-}
-
-/// A directory standing in for the client-config and event sources:
-/// `clients.json` (a JSON array of [`ClientItem`]; protect/unprotect
-/// rewrite it) and `notices.jsonl` (one notice per line, appended by
-/// whoever plays the wrapped servers; read incrementally).
-pub struct FixtureSource {
-    dir: PathBuf,
-    read: Mutex<NoticeReader>,
-}
-
-#[derive(Default)]
-struct NoticeReader {
-    offset: u64,
-    attention: u32,
-}
-
-/// One line of `notices.jsonl`.
-#[derive(serde::Deserialize)]
-struct NoticeLine {
-    kind: String,
-    server: String,
-    #[serde(default)]
-    detail: String,
-    #[serde(default)]
-    route: String,
-}
-
-impl FixtureSource {
-    pub fn open(dir: PathBuf) -> Result<Self, StartError> {
-        let source = FixtureSource {
-            dir,
-            read: Mutex::new(NoticeReader::default()),
-        };
-        source.clients().map_err(|e| StartError::Fixture {
-            path: source.dir.clone(),
-            reason: e.to_string(),
-        })?;
-        Ok(source)
-    }
-
-    fn clients_path(&self) -> PathBuf {
-        self.dir.join("clients.json")
-    }
-
-    fn clients(&self) -> Result<Vec<ClientItem>, BackendError> {
-        let bytes = std::fs::read(self.clients_path())
-            .map_err(|e| BackendError::Store(format!("clients.json: {e}")))?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| BackendError::Store(format!("clients.json: {e}")))
-    }
-
-    fn set_client_protected(&self, id: &str, protected: bool) -> Result<(), BackendError> {
-        let mut clients = self.clients()?;
-        let client = clients
-            .iter_mut()
-            .find(|c| c.id == id)
-            .ok_or_else(|| BackendError::UnknownClient(id.to_string()))?;
-        client.protected = protected;
-        let body = serde_json::to_vec_pretty(&clients).map_err(|e| BackendError::Clients {
-            client: id.to_string(),
-            reason: e.to_string(),
-        })?;
-        write_atomic(&self.clients_path(), &body).map_err(|e| BackendError::Clients {
-            client: id.to_string(),
-            reason: e.to_string(),
-        })
-    }
-
-    fn poll(&self) -> Result<Poll, BackendError> {
-        let mut read = self.read.lock().unwrap_or_else(|e| e.into_inner());
-        let path = self.dir.join("notices.jsonl");
-        let mut notices = Vec::new();
-        match std::fs::File::open(&path) {
-            Ok(mut file) => {
-                file.seek(std::io::SeekFrom::Start(read.offset))
-                    .map_err(|e| BackendError::Store(e.to_string()))?;
-                let mut reader = std::io::BufReader::new(file);
-                let mut line = String::new();
-                loop {
-                    line.clear();
-                    let n = reader
-                        .read_line(&mut line)
-                        .map_err(|e| BackendError::Store(e.to_string()))?;
-                    if n == 0 || !line.ends_with('\n') {
-                        break; // end, or a line still being written
-                    }
-                    read.offset += n as u64;
-                    match parse_notice(&line) {
-                        Some(notice) => notices.push(notice),
-                        None => tracing::warn!("ignored a malformed fixture notice"),
-                    }
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(BackendError::Store(e.to_string())),
-        }
-        read.attention += u32::try_from(notices.len()).unwrap_or(u32::MAX);
-        Ok(Poll {
-            notices,
-            attention: read.attention,
-        })
-    }
-}
-
-fn parse_notice(line: &str) -> Option<Notice> {
-    let raw: NoticeLine = serde_json::from_str(line).ok()?;
-    let kind = match raw.kind.as_str() {
-        "block" => NoticeKind::Block,
-        "tool_changed" => NoticeKind::ToolChanged,
-        "tool_quarantined" => NoticeKind::ToolQuarantined,
-        "input_request" => NoticeKind::InputRequest,
-        _ => return None,
-    };
-    Some(Notice {
-        kind,
-        server: raw.server,
-        detail: raw.detail,
-        route: raw.route,
-    })
-}
-
-fn write_atomic(path: &Path, body: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-    std::fs::write(&tmp, body)?;
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]
@@ -662,51 +602,5 @@ mod tests {
             1,
             "old blocks stop counting; the pending consent still does"
         );
-    }
-
-    #[test]
-    fn fixture_round_trip() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("clients.json"),
-            r#"[{"id":"cursor","name":"Cursor","protected":false,"servers":1}]"#,
-        )
-        .unwrap();
-        let f = FixtureSource::open(dir.path().to_path_buf()).unwrap();
-        f.set_client_protected("cursor", true).unwrap();
-        assert!(
-            f.clients().unwrap()[0].protected,
-            "written back to clients.json"
-        );
-        assert!(matches!(
-            f.set_client_protected("zed", true),
-            Err(BackendError::UnknownClient(_))
-        ));
-
-        assert_eq!(f.poll().unwrap(), Poll::default(), "no notices file yet");
-        let notices = dir.path().join("notices.jsonl");
-        std::fs::write(
-            &notices,
-            "{\"kind\":\"block\",\"server\":\"github\",\"detail\":\"d\",\"route\":\"/events/1\"}\nnot json\n{\"kind\":\"input_request\",\"server\":\"jira\"}\n{\"kind\":\"block\",\"ser",
-        )
-        .unwrap();
-        let poll = f.poll().unwrap();
-        let servers: Vec<&str> = poll.notices.iter().map(|n| n.server.as_str()).collect();
-        assert_eq!(
-            servers,
-            ["github", "jira"],
-            "malformed skipped, partial line waits"
-        );
-        assert_eq!(poll.attention, 2);
-        use std::io::Write;
-        let mut file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&notices)
-            .unwrap();
-        file.write_all(b"ver\":\"slack\"}\n").unwrap();
-        let poll = f.poll().unwrap();
-        assert_eq!(poll.notices.len(), 1, "the completed line is read once");
-        assert_eq!(poll.notices[0].server, "slack");
-        assert_eq!(f.poll().unwrap().notices.len(), 0);
     }
 }

@@ -256,6 +256,27 @@ impl TrayMenu<'_> {
         self.entries().into_iter().find(|e| e.label == label)
     }
 
+    /// Clicks `label` until `done` holds: a click can land on a layout the
+    /// app replaced a moment before (it redraws the menu as state changes),
+    /// which a panel would answer by the person clicking again.
+    fn click_until(&self, label: &str, mut done: impl FnMut(&Self) -> bool) {
+        let start = Instant::now();
+        while !done(self) {
+            assert!(start.elapsed() < STEP, "clicking {label:?} had no effect");
+            self.click(label);
+            let wait = Instant::now();
+            while !done(self) && wait.elapsed() < Duration::from_secs(2) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
+    fn starts_with(&self, prefix: &str) -> Option<Entry> {
+        self.entries()
+            .into_iter()
+            .find(|e| e.label.starts_with(prefix))
+    }
+
     fn click(&self, label: &str) {
         let entry = wait_for(&format!("tray entry {label:?}"), STEP, || self.find(label));
         let data = Value::I32(0);
@@ -265,16 +286,109 @@ impl TrayMenu<'_> {
     }
 }
 
-fn read_clients(dir: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(dir.join("clients.json")).unwrap()).unwrap()
+/// The MCP server entries of a client config (`mcpServers`).
+fn servers_in(config: &Path) -> serde_json::Map<String, serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(config).unwrap())
+        .unwrap_or_else(|e| panic!("{} is JSON: {e}", config.display()));
+    v["mcpServers"].as_object().cloned().unwrap_or_default()
 }
 
-fn client_protected(dir: &Path, id: &str) -> bool {
-    read_clients(dir)
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|c| c["id"] == id && c["protected"] == true)
+/// Every entry of the config runs `launcher wrap … -- <original>`.
+fn all_wrapped(config: &Path, launcher: &Path) -> bool {
+    let servers = servers_in(config);
+    !servers.is_empty()
+        && servers
+            .values()
+            .all(|e| e["command"] == launcher.display().to_string() && e["args"][0] == "wrap")
+}
+
+/// A protected entry started the way its client starts it, spoken to over
+/// stdio as a client does (newline-delimited JSON-RPC).
+struct Wrapped {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+    next_id: i64,
+}
+
+impl Wrapped {
+    fn start(entry: &serde_json::Value, env: &[(&str, &Path)]) -> Wrapped {
+        let mut cmd = Command::new(entry["command"].as_str().unwrap());
+        cmd.args(
+            entry["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap()),
+        )
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("the protected entry starts");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut w = Wrapped {
+            child,
+            stdin,
+            stdout,
+            next_id: 0,
+        };
+        let init = w.request(
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "tray-e2e", "version": "1"}}),
+        );
+        assert!(init["result"]["serverInfo"].is_object(), "{init}");
+        w.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        let list = w.request("tools/list", json!({}));
+        assert!(list["result"]["tools"].is_array(), "{list}");
+        w
+    }
+
+    fn send(&mut self, msg: serde_json::Value) {
+        use std::io::Write;
+        writeln!(self.stdin, "{msg}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Sends a request and returns its answer (notifications are skipped).
+    fn request(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        use std::io::BufRead;
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let mut line = String::new();
+            let n = self.stdout.read_line(&mut line).unwrap();
+            assert!(
+                n > 0,
+                "the wrapped server closed stdout before answering {method}"
+            );
+            let msg: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if msg["id"] == id {
+                return msg;
+            }
+        }
+    }
+
+    /// A `tools/call` of the fixture server's echo tool.
+    fn echo(&mut self, text: &str) -> serde_json::Value {
+        let r = self.request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": text}}),
+        );
+        r["result"].clone()
+    }
+
+    fn quit(mut self) {
+        drop(self.stdin);
+        let _ = self.child.wait();
+    }
 }
 
 async fn text_of(c: &Client, css: &str) -> String {
@@ -315,49 +429,6 @@ async fn screenshot(c: &Client, name: &str) {
     assert!(status.success(), "X screenshot");
 }
 
-/// Records what a `gatehouse wrap` process records when it blocks a call:
-/// a protected server and a critical block event.
-async fn record_block(home: &Path) -> i64 {
-    use gatehouse_store::{Action, NewEvent, NewServer, Severity, Store, StoreOptions};
-    let store = Store::open(home, StoreOptions::default())
-        .await
-        .expect("open the app's database");
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
-    store
-        .register_protected_server(
-            &NewServer {
-                id: "srv-e2e-1".into(),
-                display_name: "evil\u{202E}-github".into(),
-                client: "cursor".into(),
-                config_path: "/tmp/mcp.json".into(),
-                scope: "user".into(),
-                entry_name: "github".into(),
-                command_hash: "0".repeat(64),
-                argv_json: r#"["npx","github-mcp"]"#.into(),
-                cwd: None,
-            },
-            now,
-        )
-        .await
-        .expect("register server");
-    let mut event = NewEvent::new(
-        now,
-        "mcp_cross_server_blocked",
-        Action::Block,
-        Severity::Critical,
-        "private data read from one server sent to another",
-    );
-    event.server_id = Some("srv-e2e-1".into());
-    event.tool = Some("send_message".into());
-    event.rule = Some("cross_server.exfiltration".into());
-    let id = store.insert_event(&event).await.expect("insert event");
-    store.close().await;
-    id
-}
-
 // ---------------------------------------------------------------- the test
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -391,22 +462,37 @@ async fn tray_app_end_to_end() {
         .build()
         .expect("own the watcher and notification names (is another desktop on this bus?)");
 
-    // a private Gatehouse home and two fixture clients
+    // a private Gatehouse home, and a user home with two AI clients whose
+    // configs launch a stdlib MCP server (Cursor: two entries, Claude
+    // Desktop: one); a policy rule blocks echoing an SSH key path
     let tmp = tempfile::tempdir().unwrap();
     let home = tmp.path().join("home");
-    let fixture = tmp.path().join("fixture");
+    let user = tmp.path().join("user");
     let xdg = tmp.path().join("xdg");
-    std::fs::create_dir_all(&fixture).unwrap();
-    std::fs::create_dir_all(&xdg).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
     std::fs::write(
-        fixture.join("clients.json"),
-        json!([
-            {"id": "cursor", "name": "Cursor", "protected": false, "servers": 2},
-            {"id": "claude-desktop", "name": "Claude Desktop", "protected": false, "servers": 1}
-        ])
-        .to_string(),
+        home.join("policy.toml"),
+        "[[rules]]\nid = \"no-ssh\"\ntool_name = \"echo\"\nargument_patterns = [\"**/.ssh/**\"]\ndecision = \"block\"\nreason = \"SSH keys are off limits\"\n",
     )
     .unwrap();
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/servers/raw_server.py");
+    let entry = |_: &str| json!({"command": "python3", "args": [server.display().to_string()]});
+    let cursor_config = user.join(".cursor/mcp.json");
+    let claude_config = xdg.join("config/Claude/claude_desktop_config.json");
+    for (config, names) in [
+        (&cursor_config, &["notes", "evil\u{202E}-notes"][..]),
+        (&claude_config, &["files"][..]),
+    ] {
+        std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+        let servers: serde_json::Map<String, serde_json::Value> =
+            names.iter().map(|n| (n.to_string(), entry(n))).collect();
+        std::fs::write(
+            config,
+            serde_json::to_vec_pretty(&json!({ "mcpServers": servers })).unwrap(),
+        )
+        .unwrap();
+    }
+    let cursor_before = std::fs::read(&cursor_config).unwrap();
 
     let port = free_port();
     let native = free_port();
@@ -419,7 +505,7 @@ async fn tray_app_end_to_end() {
                 &native.to_string(),
             ])
             .env("GATEHOUSE_HOME", &home)
-            .env("GATEHOUSE_APP_FIXTURE", &fixture)
+            .env("HOME", &user)
             .env("XDG_DATA_HOME", xdg.join("data"))
             .env("XDG_CONFIG_HOME", xdg.join("config"))
             .env("GATEHOUSE_LOG", "info")
@@ -468,7 +554,8 @@ async fn tray_app_end_to_end() {
         cli.display()
     );
 
-    // 2. protect Cursor from the window
+    // 2. protect Cursor from the window: its real config is rewritten to run
+    //    every entry through the stable launcher
     client
         .find(Locator::Css("#client-cursor"))
         .await
@@ -477,7 +564,7 @@ async fn tray_app_end_to_end() {
         .await
         .unwrap();
     wait_for("Cursor protected via the window", STEP, || {
-        client_protected(&fixture, "cursor").then_some(())
+        all_wrapped(&cursor_config, &launcher).then_some(())
     });
 
     // 3. open the tray menu as a panel does, and protect Claude Desktop from it
@@ -505,30 +592,71 @@ async fn tray_app_end_to_end() {
             .filter(|e| e.toggle == Some(1))
     });
     assert_eq!(cursor.toggle, Some(1), "window and tray agree");
-    menu.click("Claude Desktop (1 server)");
-    wait_for("Claude Desktop protected via the tray", STEP, || {
-        client_protected(&fixture, "claude-desktop").then_some(())
+    assert!(
+        !all_wrapped(&claude_config, &launcher),
+        "Claude Desktop not yet protected"
+    );
+    menu.click_until("Claude Desktop (1 server)", |_| {
+        all_wrapped(&claude_config, &launcher)
     });
 
-    // 4. a wrap process records a critical block in the shared database: the
-    //    app notifies, naming the server (its bidi override stripped)
-    let event_id = record_block(&home).await;
+    // 4. Cursor starts a protected entry (launcher -> gatehouse wrap -> the
+    //    server) and the model asks it to echo an SSH key path: the wrap
+    //    blocks the call and records it; the app notifies, naming the
+    //    server (its bidi override stripped)
+    let wrap_env = [("HOME", user.as_path()), ("GATEHOUSE_HOME", home.as_path())];
+    let evil = servers_in(&cursor_config)["evil\u{202E}-notes"].clone();
+    let mut wrapped = Wrapped::start(&evil, &wrap_env);
+    let r = wrapped.echo("/home/u/.ssh/id_ed25519");
+    assert_eq!(r["isError"], true, "the policy blocks it: {r}");
     let (note_id, summary, body) = wait_for("a notification", STEP, || {
         seen.lock().unwrap().notes.first().cloned()
     });
     assert_eq!(
-        summary, "Gatehouse blocked evil-github",
+        summary, "Gatehouse blocked evil-notes",
         "names the server, no bidi"
     );
-    assert_eq!(
-        body,
-        "critical · cross_server.exfiltration · tool send_message"
+    assert!(
+        body.starts_with("high · rules.no-ssh") && body.ends_with("tool echo"),
+        "{body}"
     );
-    assert!(event_id > 0);
     let menu_after = wait_for("attention shown in the tray menu", STEP, || {
         menu.find("Open dashboard (1 need attention)")
     });
     assert!(menu_after.id > 0);
+
+    // pause from the tray: the running wrap follows it (the same call passes,
+    // recorded as audit), and Resume from the tray enforces again
+    menu.click_until("For 1 h (default)", |m| {
+        m.starts_with("Resume protection").is_some()
+    });
+    let start = Instant::now();
+    while wrapped.echo("/home/u/.ssh/id_ed25519")["isError"] == true {
+        if start.elapsed() > STEP {
+            let db = Command::new("sqlite3")
+                .arg(home.join("gatehouse.db"))
+                .arg("select key, substr(value,1,60) from meta; select id, time_ms, event_type, action, reason from events order by id desc limit 8;")
+                .output()
+                .unwrap();
+            panic!(
+                "wrap did not follow the pause at {}: {}\n{}\nnotes {:?}",
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis(),
+                String::from_utf8_lossy(&db.stdout),
+                String::from_utf8_lossy(&db.stderr),
+                seen.lock().unwrap().notes
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let resume = menu.starts_with("Resume protection").unwrap();
+    menu.click_until(&resume.label, |m| m.find("For 1 h (default)").is_some());
+    wait_for("the running wrap to enforce again", STEP, || {
+        (wrapped.echo("/home/u/.ssh/id_ed25519")["isError"] == true).then_some(())
+    });
+    wrapped.quit();
 
     // 5. clicking the notification opens the signed-in dashboard at the item
     conn.emit_signal(
@@ -564,16 +692,13 @@ async fn tray_app_end_to_end() {
             .text()
             .await
             .unwrap_or_default();
-        if text.contains("private data read from one server sent to another")
-            || start.elapsed() > STEP
-        {
+        if text.contains("SSH keys are off limits") || start.elapsed() > STEP {
             break text;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(
-        main.contains("private data read from one server sent to another")
-            && main.contains("github"),
+        main.contains("SSH keys are off limits") && main.contains("notes"),
         "signed-in dashboard lists the block: {main}"
     );
     let nav = text_of(&client, "#nav").await;
@@ -597,6 +722,22 @@ async fn tray_app_end_to_end() {
     );
     let _ = client.close().await;
     drop(driver);
+
+    // 7. unprotect restores configs exactly (CLI, same code path as the app)
+    let gatehouse = Path::new(APP).with_file_name("gatehouse");
+    let out = Command::new(&gatehouse)
+        .args(["unprotect", "cursor"])
+        .env("HOME", &user)
+        .env("GATEHOUSE_HOME", &home)
+        .env("XDG_CONFIG_HOME", xdg.join("config"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        std::fs::read(&cursor_config).unwrap(),
+        cursor_before,
+        "Cursor's config restored byte for byte"
+    );
     assert!(
         processes_of(Path::new(APP)).is_empty(),
         "no gatehouse-app process left"

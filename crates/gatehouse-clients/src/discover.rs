@@ -66,6 +66,28 @@ pub struct DetectedClient {
     pub reload: &'static str,
 }
 
+impl DetectedClient {
+    /// Server entries across its config files.
+    pub fn server_count(&self) -> usize {
+        self.files.iter().map(|f| f.servers.len()).sum()
+    }
+
+    /// Server entries that already run behind `gatehouse wrap`.
+    pub fn protected_count(&self) -> usize {
+        self.files
+            .iter()
+            .flat_map(|f| &f.servers)
+            .filter(|s| s.protected.is_some())
+            .count()
+    }
+
+    /// Every server entry is wrapped (and there is at least one).
+    pub fn is_protected(&self) -> bool {
+        let servers = self.server_count();
+        servers > 0 && self.protected_count() == servers
+    }
+}
+
 fn read_json(path: &Path) -> Option<crate::jsonc::Node> {
     let text = std::fs::read_to_string(path).ok()?;
     crate::jsonc::parse(&text).ok()

@@ -39,22 +39,15 @@ pub(crate) async fn list(State(state): State<AppState>, _who: Authed) -> ApiResu
     let items: Vec<Value> = found
         .iter()
         .map(|c| {
-            let servers: usize = c.files.iter().map(|f| f.servers.len()).sum();
-            let protected: usize = c
-                .files
-                .iter()
-                .flat_map(|f| &f.servers)
-                .filter(|s| s.protected.is_some())
-                .count();
             json!({
                 "id": c.key,
                 "name": c.name,
                 "files": c.files,
                 "blockers": c.blockers,
                 "reload": c.reload,
-                "servers": servers,
-                "protected_servers": protected,
-                "protected": servers > 0 && protected == servers,
+                "servers": c.server_count(),
+                "protected_servers": c.protected_count(),
+                "protected": c.is_protected(),
                 "auto_protect": auto.contains(c.key),
             })
         })
@@ -168,92 +161,166 @@ async fn change(state: AppState, who: Authed, id: String, undo: bool) -> ApiResu
             "protecting clients from here (no keyring or no gatehouse binary; use `gatehouse protect` / `gatehouse unprotect`)",
         ));
     };
-    let spec = gatehouse_clients::client(&id).ok_or(ApiError::NotFound("client"))?;
-    let home: PathBuf = std::path::absolute(&state.home).unwrap_or_else(|_| state.home.clone());
-    let registry = StoreRegistry::new(
-        state.store.clone(),
-        tokio::runtime::Handle::current(),
-        state.now_ms(),
-        &home,
-    );
-    let stamp = (state.now_ms() / 1000).to_string();
-    let files = tokio::task::spawn_blocking(move || {
-        let protector = Protector {
-            gatehouse_home: home,
-            exe,
-            vault: vault.as_ref(),
-            registry: &registry,
-            processes: &SystemProbe,
-            ids: Mutex::new(Box::new(new_server_id)),
-            stamp,
-        };
-        // Git-tracked project files need the CLI's explicit `--yes`.
-        // A running Claude Code is changed through its own CLI when present;
-        // otherwise refused at once (a request does not wait for a client to quit).
-        let opts = Options {
-            dry_run: false,
-            yes: undo,
-            repair: false,
-            wait: std::time::Duration::ZERO,
-            client_cli: spec
-                .own_cli
-                .and_then(gatehouse_clients::client_cli::find_on_path),
-        };
-        let projects = all_projects(&dirs, &[]);
-        config_files(spec, &dirs, &projects)
+    let changer = ClientChanger {
+        store: state.store.clone(),
+        home: state.home.clone(),
+        exe,
+        vault,
+        dirs,
+    };
+    let report = changer
+        .change(
+            &id,
+            undo,
+            state.now_ms(),
+            "the dashboard",
+            Some(&who.session_id),
+        )
+        .await?;
+    Ok(Json(report.to_json()))
+}
+
+/// Protect / unprotect outside a request (the tray menu) and behind the API:
+/// the same span edits, backups and keyring moves as the CLI.
+#[derive(Clone)]
+pub struct ClientChanger {
+    pub store: Store,
+    pub home: PathBuf,
+    /// The `gatehouse` binary (or stable launcher) wrapped entries run.
+    pub exe: PathBuf,
+    pub vault: std::sync::Arc<dyn gatehouse_vault::Vault>,
+    pub dirs: gatehouse_clients::HomeDirs,
+}
+
+/// What one protect / unprotect of a client did, file by file.
+#[derive(Debug, Clone)]
+pub struct ChangeReport {
+    pub client: &'static str,
+    /// One JSON object per config file: path, changed, entries, skipped,
+    /// notes, error (which names files and positions, never values).
+    pub files: Vec<Value>,
+    /// Every file was handled without an error.
+    pub ok: bool,
+}
+
+impl ChangeReport {
+    pub fn to_json(&self) -> Value {
+        json!({ "client": self.client, "ok": self.ok, "files": self.files })
+    }
+
+    /// The first file error, for a one-line message.
+    pub fn first_error(&self) -> Option<String> {
+        self.files
             .iter()
-            .map(|f| {
-                let result = if undo {
-                    protector.unprotect_file(f, &opts)
-                } else {
-                    protector.protect_file(f, &opts)
-                };
-                match result {
-                    Ok(r) => json!({
-                        "path": r.path,
-                        "changed": r.changed,
-                        "entries": r.entries,
-                        "skipped": r.skipped.iter().map(|(name, why)| json!({"name": name, "why": why})).collect::<Vec<_>>(),
-                        "notes": r.notes,
-                        "error": null,
-                    }),
-                    // Errors name files and positions, never values.
-                    Err(e) => json!({ "path": f.path, "changed": false, "entries": [], "skipped": [], "notes": [], "error": e.to_string() }),
-                }
-            })
-            .collect::<Vec<_>>()
-    })
-    .await
-    .map_err(|_| ApiError::internal("protect task failed"))?;
-    let changed: usize = files
-        .iter()
-        .filter_map(|f| f["entries"].as_array())
-        .map(Vec::len)
-        .sum();
-    let ok = files.iter().all(|f| f["error"].is_null());
-    let verb = if undo { "unprotected" } else { "protected" };
-    state
-        .record(
+            .find_map(|f| f["error"].as_str().map(str::to_owned))
+    }
+}
+
+impl ClientChanger {
+    /// Protects (`undo` = false) or restores (`undo` = true) every config
+    /// file of client `id`, and records a `client_protected` /
+    /// `client_unprotected` event naming `by` (e.g. "the tray").
+    pub async fn change(
+        &self,
+        id: &str,
+        undo: bool,
+        now_ms: i64,
+        by: &str,
+        ui_session: Option<&str>,
+    ) -> Result<ChangeReport, ApiError> {
+        let spec = gatehouse_clients::client(id).ok_or(ApiError::NotFound("client"))?;
+        let home: PathBuf = std::path::absolute(&self.home).unwrap_or_else(|_| self.home.clone());
+        let registry = StoreRegistry::new(
+            self.store.clone(),
+            tokio::runtime::Handle::current(),
+            now_ms,
+            &home,
+        );
+        let stamp = (now_ms / 1000).to_string();
+        let (exe, vault, dirs) = (self.exe.clone(), self.vault.clone(), self.dirs.clone());
+        let files = tokio::task::spawn_blocking(move || {
+            let protector = Protector {
+                gatehouse_home: home,
+                exe,
+                vault: vault.as_ref(),
+                registry: &registry,
+                processes: &SystemProbe,
+                ids: Mutex::new(Box::new(new_server_id)),
+                stamp,
+            };
+            // Git-tracked project files need the CLI's explicit `--yes`.
+            // A running Claude Code is changed through its own CLI when present;
+            // otherwise refused at once (a click does not wait for a client to quit).
+            let opts = Options {
+                dry_run: false,
+                yes: undo,
+                repair: false,
+                wait: std::time::Duration::ZERO,
+                client_cli: spec
+                    .own_cli
+                    .and_then(gatehouse_clients::client_cli::find_on_path),
+            };
+            let projects = all_projects(&dirs, &[]);
+            config_files(spec, &dirs, &projects)
+                .iter()
+                .map(|f| {
+                    let result = if undo {
+                        protector.unprotect_file(f, &opts)
+                    } else {
+                        protector.protect_file(f, &opts)
+                    };
+                    match result {
+                        Ok(r) => json!({
+                            "path": r.path,
+                            "changed": r.changed,
+                            "entries": r.entries,
+                            "skipped": r.skipped.iter().map(|(name, why)| json!({"name": name, "why": why})).collect::<Vec<_>>(),
+                            "notes": r.notes,
+                            "error": null,
+                        }),
+                        // Errors name files and positions, never values.
+                        Err(e) => json!({ "path": f.path, "changed": false, "entries": [], "skipped": [], "notes": [], "error": e.to_string() }),
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|_| ApiError::internal("protect task failed"))?;
+        let changed: usize = files
+            .iter()
+            .filter_map(|f| f["entries"].as_array())
+            .map(Vec::len)
+            .sum();
+        let ok = files.iter().all(|f| f["error"].is_null());
+        let verb = if undo { "unprotected" } else { "protected" };
+        let mut ev = gatehouse_store::NewEvent::new(
+            now_ms,
             if undo {
                 event_types::CLIENT_UNPROTECTED
             } else {
                 event_types::CLIENT_PROTECTED
             },
-            None,
-            None,
+            gatehouse_store::Action::Audit,
+            gatehouse_store::Severity::Info,
             &format!(
-                "{} {verb} from the dashboard: {changed} server entr{} in {} file(s){}",
+                "{} {verb} from {by}: {changed} server entr{} in {} file(s){}",
                 spec.name,
                 if changed == 1 { "y" } else { "ies" },
                 files.len(),
                 if ok { "" } else { "; some files failed" }
             ),
-            &who.session_id,
-        )
-        .await;
-    Ok(Json(
-        json!({ "client": spec.key, "ok": ok, "files": files }),
-    ))
+        );
+        ev.rule = Some("control_plane".to_owned());
+        ev.session = ui_session.map(|s| format!("ui:{s}"));
+        if let Err(e) = self.store.insert_event(&ev).await {
+            tracing::warn!(error = %e, "could not record the client change");
+        }
+        Ok(ChangeReport {
+            client: spec.key,
+            files,
+            ok,
+        })
+    }
 }
 
 /// Self-heal at start (issue 6; `gatehouse up` and the tray app): in every
