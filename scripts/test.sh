@@ -70,4 +70,7 @@ if ! command -v tauri-driver >/dev/null 2>&1; then
 fi
 scripts/tray-e2e.sh --e2e-only
 
+step "tray app: Linux .deb bundle (tauri CLI from npm), contents checked"
+scripts/check-deb.sh
+
 step "all tests passed (screenshots: $GATEHOUSE_E2E_ARTIFACTS)"

@@ -15,5 +15,6 @@ fn gatehouse_commands() -> &'static [&'static str] {
         "pause_protection",
         "resume_protection",
         "set_client_protected",
+        "uninstall",
     ]
 }

@@ -56,5 +56,18 @@ function refresh() {
 $("pause").addEventListener("click", () => invoke("pause_protection", { minutes: 60 }).then(render).catch(showError));
 $("resume").addEventListener("click", () => invoke("resume_protection").then(render).catch(showError));
 $("open-dashboard").addEventListener("click", () => invoke("open_dashboard", {}).catch(showError));
+$("uninstall-go").addEventListener("click", () => {
+  invoke("uninstall", { unprotect: $("uninstall-unprotect").checked })
+    .then((r) => {
+      const kept = r.still_wrapped === 0
+        ? (r.launcher_removed ? "Every client is restored and the launcher is removed. " : "No client runs through Gatehouse. ")
+        : r.still_wrapped + " server entries still run through the Gatehouse launcher; they keep working, unprotected, after Gatehouse is removed. ";
+      const out = $("uninstall-result");
+      out.textContent = kept + r.next_step;
+      out.hidden = false;
+      return refresh();
+    })
+    .catch(showError);
+});
 refresh();
 setInterval(refresh, 5000);

@@ -154,6 +154,7 @@ fn on_menu<R: Runtime>(app: &AppHandle<R>, id: &str) {
             toggle_autostart(app);
             Ok(())
         }
+        MenuAction::Uninstall => show_status(app).and_then(|()| navigate_status(app, "uninstall")),
         MenuAction::Quit => {
             app.exit(0);
             return;
@@ -213,6 +214,25 @@ pub fn show_status<R: Runtime>(app: &AppHandle<R>) -> Result<(), CommandError> {
     let _ = window.unminimize();
     let _ = window.set_focus();
     Ok(())
+}
+
+/// Shows a section of the status page (`index.html#section`).
+fn navigate_status<R: Runtime>(app: &AppHandle<R>, section: &str) -> Result<(), CommandError> {
+    let Some(window) = app.get_webview_window(WINDOW_LABEL) else {
+        return Ok(());
+    };
+    let mut url = window.url().map_err(window_err)?;
+    if url.scheme() != "tauri" && url.host_str() != Some("tauri.localhost") {
+        // the window shows the dashboard: back to the bundled page
+        let page = if cfg!(windows) {
+            "http://tauri.localhost/index.html"
+        } else {
+            "tauri://localhost/index.html"
+        };
+        url = tauri::Url::parse(page).map_err(|e| CommandError::Window(e.to_string()))?;
+    }
+    url.set_fragment(Some(section));
+    window.navigate(url).map_err(window_err)
 }
 
 fn window_err(e: tauri::Error) -> CommandError {
@@ -438,6 +458,7 @@ pub fn handler<R: Runtime>() -> impl Fn(tauri::ipc::Invoke<R>) -> bool + Send + 
         crate::commands::pause_protection,
         crate::commands::resume_protection,
         crate::commands::set_client_protected,
+        crate::commands::uninstall,
     ]
 }
 

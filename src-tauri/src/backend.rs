@@ -59,6 +59,9 @@ pub trait Backend: Send + Sync + 'static {
     fn poll(&self, now_ms: i64) -> Result<Poll, BackendError>;
     /// A URL that shows `route` in the dashboard, signed in (one-time link).
     fn dashboard_url(&self, route: &str) -> Result<String, BackendError>;
+    /// Removes the stable launcher wrapped entries run (uninstall, once no
+    /// entry points at it); false when there was none.
+    fn remove_launcher(&self) -> Result<bool, BackendError>;
 }
 
 /// In-memory backend: a fixed list of clients, a queue of notices to hand
@@ -75,6 +78,7 @@ struct Memory {
     queued: Vec<Notice>,
     attention: u32,
     dashboard: String,
+    launcher: bool,
 }
 
 impl MemoryBackend {
@@ -86,6 +90,7 @@ impl MemoryBackend {
                 queued: Vec::new(),
                 attention: 0,
                 dashboard: dashboard.into(),
+                launcher: true,
             }),
         }
     }
@@ -116,6 +121,7 @@ impl Backend for MemoryBackend {
             .find(|c| c.id == id)
             .ok_or_else(|| BackendError::UnknownClient(id.to_string()))?;
         client.protected = protected;
+        client.wrapped = if protected { client.servers } else { 0 };
         Ok(())
     }
 
@@ -139,5 +145,9 @@ impl Backend for MemoryBackend {
     fn dashboard_url(&self, route: &str) -> Result<String, BackendError> {
         let m = self.lock();
         Ok(format!("{}{}", m.dashboard.trim_end_matches('/'), route))
+    }
+
+    fn remove_launcher(&self) -> Result<bool, BackendError> {
+        Ok(std::mem::take(&mut self.lock().launcher))
     }
 }

@@ -4,7 +4,7 @@
 //! as `{ "code": …, "message": … }`.
 
 use serde::Serialize;
-use tauri::{AppHandle, Runtime, State};
+use tauri::{AppHandle, Manager, Runtime, State};
 
 use crate::backend::BackendError;
 use crate::menu::ClientItem;
@@ -114,6 +114,51 @@ pub fn open_dashboard<R: Runtime>(
     crate::app::show_dashboard(&app, route.as_deref().unwrap_or("/"))
 }
 
+/// What the uninstall section shows afterwards.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct UninstallView {
+    /// Server entries still behind `gatehouse wrap` (kept working by the launcher).
+    pub still_wrapped: usize,
+    pub launcher_removed: bool,
+    /// How to remove the app itself on this system.
+    pub next_step: String,
+}
+
+/// Uninstall, the app's part: unprotects every client first when asked,
+/// stops starting at login, removes the launcher once nothing uses it, and
+/// says how to remove the app itself.
+#[tauri::command(async)]
+pub fn uninstall<R: Runtime>(
+    app: AppHandle<R>,
+    shell: State<'_, Shell>,
+    unprotect: bool,
+) -> Result<UninstallView, CommandError> {
+    let done = shell.uninstall(unprotect)?;
+    if let Some(autostart) = app.try_state::<tauri_plugin_autostart::AutoLaunchManager>() {
+        if let Err(e) = autostart.disable() {
+            tracing::warn!(error = %e, "start at login left on");
+        }
+        shell.set_autostart(false);
+    }
+    Ok(UninstallView {
+        still_wrapped: done.still_wrapped,
+        launcher_removed: done.launcher_removed,
+        next_step: removal_hint().to_string(),
+    })
+}
+
+/// How the app itself is removed on this OS (a running app cannot remove
+/// its own package).
+fn removal_hint() -> &'static str {
+    if cfg!(target_os = "macos") {
+        "Quit Gatehouse, then move Gatehouse.app to the Trash."
+    } else if cfg!(windows) {
+        "Quit Gatehouse, then remove it in Settings › Apps › Installed apps."
+    } else {
+        "Quit Gatehouse, then remove the package (sudo apt remove gatehouse) or delete the AppImage."
+    }
+}
+
 fn view(shell: &Shell) -> StatusView {
     let snap = shell.snapshot();
     let now = shell.now_ms();
@@ -163,6 +208,7 @@ mod tests {
                 name: "Cursor".into(),
                 protected: false,
                 servers: 2,
+                wrapped: 0,
             }],
             "http://127.0.0.1:1",
         ));
@@ -229,6 +275,39 @@ mod tests {
             backend.clients().unwrap()[0].protected,
             "the command reached the backend"
         );
+    }
+
+    #[test]
+    fn uninstall_offers_unprotect_and_keeps_the_launcher_while_used() {
+        let (app, backend) = app();
+        let w = window(&app, "main");
+        call(
+            &w,
+            LOCAL,
+            "set_client_protected",
+            json!({"client": "cursor", "protected": true}),
+        )
+        .unwrap();
+        // declined: protected servers keep working through the launcher
+        let kept: super::UninstallView = serde_json::from_value(
+            call(&w, LOCAL, "uninstall", json!({"unprotect": false})).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(kept.still_wrapped, 2);
+        assert!(!kept.launcher_removed, "still used by two entries");
+        assert!(backend.clients().unwrap()[0].protected);
+        // accepted: every client restored, then the launcher goes
+        let done: super::UninstallView = serde_json::from_value(
+            call(&w, LOCAL, "uninstall", json!({"unprotect": true})).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(done.still_wrapped, 0);
+        assert!(done.launcher_removed);
+        assert!(
+            !backend.clients().unwrap()[0].protected,
+            "unprotected first"
+        );
+        assert!(done.next_step.contains("remove"), "{}", done.next_step);
     }
 
     #[test]

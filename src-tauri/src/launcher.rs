@@ -267,9 +267,48 @@ pub fn install(dir: &Path, os: Os, target: &Target) -> std::io::Result<(PathBuf,
     Ok((path, what))
 }
 
+/// Removes the launcher at `path` and its directory when that is left
+/// empty (uninstall); false when there was no launcher.
+pub fn remove(path: &Path) -> std::io::Result<bool> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    if let Some(dir) = path.parent() {
+        // only when empty: never anything else a person put there
+        let _ = std::fs::remove_dir(dir);
+    }
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remove_takes_the_launcher_and_an_empty_dir_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("bin");
+        let target = stable_target(
+            Os::Linux,
+            Path::new("/opt/g/gatehouse-app"),
+            &Env::default(),
+        );
+        let (path, _) = install(&dir, Os::Linux, &target).unwrap();
+        std::fs::write(dir.join("mine"), "a person's file").unwrap();
+        assert!(remove(&path).unwrap());
+        assert!(!path.exists());
+        assert!(
+            dir.join("mine").exists(),
+            "other files stay, so does the dir"
+        );
+        assert!(!remove(&path).unwrap(), "nothing to remove");
+        std::fs::remove_file(dir.join("mine")).unwrap();
+        let (path, _) = install(&dir, Os::Linux, &target).unwrap();
+        assert!(remove(&path).unwrap());
+        assert!(!dir.exists(), "an emptied launcher dir goes too");
+    }
 
     fn env(home: &str) -> Env {
         Env {

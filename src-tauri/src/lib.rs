@@ -53,6 +53,14 @@ pub struct Snapshot {
     pub autostart: bool,
 }
 
+/// What [`Shell::uninstall`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Uninstalled {
+    /// Server entries still running behind `gatehouse wrap`.
+    pub still_wrapped: usize,
+    pub launcher_removed: bool,
+}
+
 /// Result of one [`Shell::tick`].
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Tick {
@@ -131,6 +139,27 @@ impl Shell {
             .try_for_each(|c| self.backend.set_client_protected(&c.id, true));
         self.refresh()?;
         result
+    }
+
+    /// Uninstall, the part that needs the app: with `unprotect`, restores
+    /// every client that has wrapped entries (stopping at the first failure,
+    /// which is reported and leaves everything else in place); then removes
+    /// the stable launcher, but only when no entry points at it any more
+    /// (otherwise those servers keep working through it after the app is
+    /// gone).
+    pub fn uninstall(&self, unprotect: bool) -> Result<Uninstalled, BackendError> {
+        if unprotect {
+            for c in self.backend.clients()?.iter().filter(|c| c.wrapped > 0) {
+                self.backend.set_client_protected(&c.id, false)?;
+            }
+        }
+        self.refresh()?;
+        let still_wrapped: usize = lock(&self.snapshot).clients.iter().map(|c| c.wrapped).sum();
+        let launcher_removed = still_wrapped == 0 && self.backend.remove_launcher()?;
+        Ok(Uninstalled {
+            still_wrapped,
+            launcher_removed,
+        })
     }
 
     /// Flips the protection of one client as shown in the menu.
@@ -225,12 +254,14 @@ mod tests {
                     name: "Cursor".into(),
                     protected: false,
                     servers: 2,
+                    wrapped: 0,
                 },
                 ClientItem {
                     id: "vscode".into(),
                     name: "VS Code".into(),
                     protected: false,
                     servers: 1,
+                    wrapped: 0,
                 },
             ],
             "http://127.0.0.1:1",

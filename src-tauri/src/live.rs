@@ -128,7 +128,7 @@ pub fn start() -> Result<Started, StartError> {
         None => None,
     };
     let dirs = gatehouse_clients::HomeDirs::from_env();
-    let changer = match (&store, launcher) {
+    let changer = match (&store, launcher.clone()) {
         (Some(store), Some(exe)) => Some(ClientChanger {
             store: store.clone(),
             home: home.clone(),
@@ -150,6 +150,7 @@ pub fn start() -> Result<Started, StartError> {
         .ok();
     let backend = LiveBackend {
         control,
+        launcher,
         dirs,
         changer,
         pause: store.zip(mac_key),
@@ -239,6 +240,8 @@ fn percent_encode(s: &str) -> String {
 
 struct LiveBackend {
     control: ControlPlane,
+    /// The stable launcher protected entries run, when installed.
+    launcher: Option<PathBuf>,
     /// Where the AI clients' configs are.
     dirs: gatehouse_clients::HomeDirs,
     /// `None` without a database or a launcher to point entries at.
@@ -257,6 +260,7 @@ impl Backend for LiveBackend {
                 name: c.name.to_string(),
                 protected: c.is_protected(),
                 servers: c.server_count(),
+                wrapped: c.protected_count(),
             })
             .collect())
     }
@@ -329,6 +333,16 @@ impl Backend for LiveBackend {
 
     fn dashboard_url(&self, route: &str) -> Result<String, BackendError> {
         Ok(signin_with_route(&self.control.signin_url()?, route))
+    }
+
+    fn remove_launcher(&self) -> Result<bool, BackendError> {
+        match &self.launcher {
+            Some(path) => launcher::remove(path).map_err(|e| BackendError::Clients {
+                client: "launcher".into(),
+                reason: format!("could not remove {}: {e}", path.display()),
+            }),
+            None => Ok(false),
+        }
     }
 }
 

@@ -16,6 +16,10 @@ pub struct ClientItem {
     pub protected: bool,
     /// Number of MCP server entries found in its configs.
     pub servers: usize,
+    /// How many of them run behind `gatehouse wrap` (a client can be partly
+    /// protected; uninstall restores every wrapped entry).
+    #[serde(default)]
+    pub wrapped: usize,
 }
 
 /// What a menu click asks for.
@@ -29,6 +33,8 @@ pub enum MenuAction {
     Pause(u32),
     Resume,
     ToggleAutostart,
+    /// Show the uninstall page (it offers to unprotect every client first).
+    Uninstall,
     Quit,
 }
 
@@ -42,6 +48,7 @@ impl MenuAction {
             MenuAction::Pause(min) => format!("pause:{min}"),
             MenuAction::Resume => "resume".into(),
             MenuAction::ToggleAutostart => "autostart".into(),
+            MenuAction::Uninstall => "uninstall".into(),
             MenuAction::Quit => "quit".into(),
         }
     }
@@ -53,6 +60,7 @@ impl MenuAction {
             "protect-all" => MenuAction::ProtectAll,
             "resume" => MenuAction::Resume,
             "autostart" => MenuAction::ToggleAutostart,
+            "uninstall" => MenuAction::Uninstall,
             "quit" => MenuAction::Quit,
             _ => {
                 if let Some(client) = id.strip_prefix("client:").filter(|c| !c.is_empty()) {
@@ -156,6 +164,7 @@ pub fn build(input: &MenuInput<'_>) -> Vec<MenuNode> {
         checked: input.autostart,
     });
     menu.push(MenuNode::Separator);
+    menu.push(item(MenuAction::Uninstall, "Uninstall Gatehouse…", true));
     menu.push(item(MenuAction::Quit, "Quit Gatehouse", true));
     menu
 }
@@ -239,12 +248,14 @@ mod tests {
                 name: "Cursor".into(),
                 protected: true,
                 servers: 3,
+                wrapped: 3,
             },
             ClientItem {
                 id: "claude-desktop".into(),
                 name: "Claude Desktop".into(),
                 protected: false,
                 servers: 1,
+                wrapped: 0,
             },
         ]
     }
@@ -278,6 +289,7 @@ Pause protection (audit only) >
   For 8 h
 [x] Start at login
 ---
+Uninstall Gatehouse…
 Quit Gatehouse
 ",
         );
@@ -302,6 +314,7 @@ Protect all (disabled)
 Resume protection (resumes by itself in 45 min)
 [ ] Start at login
 ---
+Uninstall Gatehouse…
 Quit Gatehouse
 ",
         );

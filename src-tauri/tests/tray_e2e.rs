@@ -493,6 +493,7 @@ async fn tray_app_end_to_end() {
         .unwrap();
     }
     let cursor_before = std::fs::read(&cursor_config).unwrap();
+    let claude_before = std::fs::read(&claude_config).unwrap();
 
     let port = free_port();
     let native = free_port();
@@ -711,7 +712,57 @@ async fn tray_app_end_to_end() {
     painted(&client).await;
     screenshot(&client, "tray-dashboard.png").await;
 
-    // 6. Quit from the tray: the app exits cleanly and nothing is left
+    // 6. Uninstall from the tray: the page offers to unprotect every client
+    //    first; accepted, both configs are restored byte for byte and the
+    //    launcher (now unused) is removed
+    menu.click("Uninstall Gatehouse…");
+    let start = Instant::now();
+    let offer = loop {
+        match client.find(Locator::Css("#uninstall-unprotect")).await {
+            Ok(e) => break e,
+            Err(e) => assert!(start.elapsed() < STEP, "no uninstall offer: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        offer.prop("checked").await.unwrap().as_deref(),
+        Some("true"),
+        "unprotecting first is the default"
+    );
+    client
+        .find(Locator::Css("#uninstall-go"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let said = loop {
+        let t = text_of(&client, "#uninstall-result").await;
+        if !t.is_empty() || start.elapsed() > STEP {
+            break t;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        said.contains("Every client is restored") && said.contains("apt remove"),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read(&cursor_config).unwrap(),
+        cursor_before,
+        "Cursor restored"
+    );
+    assert_eq!(
+        std::fs::read(&claude_config).unwrap(),
+        claude_before,
+        "Claude Desktop restored"
+    );
+    assert!(!launcher.exists(), "the unused launcher is removed");
+    painted(&client).await;
+    screenshot(&client, "tray-uninstall.png").await;
+
+    // 7. Quit from the tray: the app exits cleanly and nothing is left
     menu.click("Quit Gatehouse");
     wait_for("the app to exit", STEP, || {
         processes_of(Path::new(APP)).is_empty().then_some(())
@@ -723,21 +774,6 @@ async fn tray_app_end_to_end() {
     let _ = client.close().await;
     drop(driver);
 
-    // 7. unprotect restores configs exactly (CLI, same code path as the app)
-    let gatehouse = Path::new(APP).with_file_name("gatehouse");
-    let out = Command::new(&gatehouse)
-        .args(["unprotect", "cursor"])
-        .env("HOME", &user)
-        .env("GATEHOUSE_HOME", &home)
-        .env("XDG_CONFIG_HOME", xdg.join("config"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(
-        std::fs::read(&cursor_config).unwrap(),
-        cursor_before,
-        "Cursor's config restored byte for byte"
-    );
     assert!(
         processes_of(Path::new(APP)).is_empty(),
         "no gatehouse-app process left"

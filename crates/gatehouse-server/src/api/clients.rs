@@ -239,6 +239,13 @@ impl ClientChanger {
         let stamp = (now_ms / 1000).to_string();
         let (exe, vault, dirs) = (self.exe.clone(), self.vault.clone(), self.dirs.clone());
         let files = tokio::task::spawn_blocking(move || {
+            if undo {
+                // as `gatehouse unprotect`: the watcher must not wrap it again
+                let state = gatehouse_clients::state::StateDir { home: home.clone() };
+                if let Err(e) = state.set_auto_protect(&[spec.key], false) {
+                    tracing::warn!(error = %e, client = spec.key, "auto-protect left on");
+                }
+            }
             let protector = Protector {
                 gatehouse_home: home,
                 exe,
