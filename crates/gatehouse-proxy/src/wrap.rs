@@ -7,7 +7,7 @@ use std::time::Duration;
 use gatehouse_config::{LoadedPolicy, Policy, ServerRef, Trust};
 use gatehouse_engine::env::{filter_env, Os};
 use gatehouse_engine::launch::launch_facts;
-use gatehouse_engine::settings::{OnChange, ResultAction, SensitiveElicitation};
+use gatehouse_engine::settings::{OnChange, ResultAction, SamplingContext, SensitiveElicitation};
 use gatehouse_engine::{
     EngineEvent, Inspector, Output, PinEntry, PinState, PinTable, PinUpdate, Relay, ServerInfo,
     Settings,
@@ -1028,7 +1028,15 @@ fn engine_settings(
             gatehouse_config::ResultAction::Block => ResultAction::Block,
             _ => ResultAction::Alert,
         },
-        restricted: server.trust == Trust::Restricted || !server.may_elicit && !server.may_sample,
+        restricted: server.trust == Trust::Restricted,
+        elicitation_allowed: server.may_elicit,
+        sampling_allowed: server.may_sample,
+        roots_allowed: server.may_list_roots,
+        sampling_context: match requests.sampling_include_context {
+            gatehouse_config::SamplingContext::Allow => SamplingContext::Allow,
+            gatehouse_config::SamplingContext::Strip => SamplingContext::Strip,
+            gatehouse_config::SamplingContext::Decline => SamplingContext::Decline,
+        },
         sensitive_elicitation: match requests.elicitation_sensitive_fields {
             gatehouse_config::SensitiveFields::Warn => SensitiveElicitation::Warn,
             gatehouse_config::SensitiveFields::Route => SensitiveElicitation::Inbox,
