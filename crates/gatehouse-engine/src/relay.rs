@@ -389,6 +389,11 @@ impl<I: Inspector> Relay<I> {
                 Severity::Medium,
                 format!("the server did not list a tool named {tool:?}"),
             )),
+            Some(seen) if !seen.exposed && seen.withheld_rule == "launch.held" => Some((
+                "launch.held",
+                Severity::High,
+                self.settings.launch_held.clone().unwrap_or_default(),
+            )),
             Some(seen) if !seen.exposed => {
                 // Withheld by policy: refused naming the policy's own rule
                 // (`tool_policy.blocked_tools`, `trust.restricted`, …).
@@ -874,6 +879,17 @@ impl<I: Inspector> Relay<I> {
                     EngineEvent::new("mcp_tool_hidden", Severity::Info, self.hold_action(), rule)
                         .tool(&name)
                         .reason("policy does not expose this tool"),
+                ));
+            }
+        }
+        if exposed && self.settings.launch_held.is_some() {
+            exposed = false;
+            rule = "launch.held";
+            if first_report {
+                out.push(Output::Event(
+                    EngineEvent::new("mcp_tool_hidden", Severity::High, self.hold_action(), rule)
+                        .tool(&name)
+                        .reason("the server's launch changed and waits for approval"),
                 ));
             }
         }

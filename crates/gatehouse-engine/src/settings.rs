@@ -105,6 +105,11 @@ pub struct Settings {
     pub sensitive_elicitation: SensitiveElicitation,
     /// Policy sends every input request to the dashboard inbox.
     pub elicitation_inbox: bool,
+    /// The server's launch changed and waits for approval
+    /// (`pinning.on_launch_change = "hold"`): every tool is withheld and
+    /// every call is blocked with this reason (which names the approval
+    /// command). `None` for an approved launch.
+    pub launch_held: Option<String>,
     /// Minimum spacing of forwarded `notifications/tools/list_changed`.
     pub list_changed_interval_ms: u64,
     /// How the server is named to people ("github (npx server-github)").
@@ -131,6 +136,7 @@ impl Default for Settings {
             sampling_context: SamplingContext::Strip,
             sensitive_elicitation: SensitiveElicitation::Decline,
             elicitation_inbox: false,
+            launch_held: None,
             list_changed_interval_ms: 5_000,
             server_label: "server".into(),
             policy: Box::new(AllowAll),

@@ -845,3 +845,41 @@ fn sampling_include_context_all_servers_is_allowed_stripped_or_declined() {
         vec![("mcp_sampling_blocked".into(), rule.into(), "block".into())]
     );
 }
+
+#[test]
+fn a_held_launch_withholds_every_tool_and_blocks_calls_naming_the_approval() {
+    let echo = tool("echo", "Echoes.");
+    let reason = "the launch changed; approve it with `gatehouse pins trust-launch --server srv`";
+    let settings = Settings {
+        launch_held: Some(reason.into()),
+        trust_first_sight: false,
+        ..Settings::default()
+    };
+    // Even a tool pinned at exactly this definition is withheld.
+    let mut r = relay(settings, pinned(&[("echo", &echo)]));
+    r.on_client_frame(
+        line(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"})),
+        0,
+    );
+    let out = r.on_server_frame(line(list_response(1, vec![echo.clone()])), 0);
+    assert_eq!(
+        to_client(&out)[0]["result"]["tools"],
+        json!([]),
+        "no tool of a held launch is listed"
+    );
+    assert!(events(&out)
+        .iter()
+        .any(|e| e.kind == "mcp_tool_hidden" && e.rule == "launch.held"));
+    let out = r.on_client_frame(line(call(2, "echo")), 0);
+    assert!(
+        to_server(&out).is_empty(),
+        "the call never reaches the server"
+    );
+    let answer = &to_client(&out)[0];
+    assert_eq!(answer["result"]["isError"], true);
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("launch.held") && text.contains("gatehouse pins trust-launch --server srv"),
+        "the answer names the rule and the approval command: {text}"
+    );
+}
