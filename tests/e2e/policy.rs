@@ -964,10 +964,11 @@ fn unreadable_keyring_refuses_initialize_when_fail_closed_and_starts_without_sec
         is_event(e, "mcp_server_refused", None, "vault.unavailable") && e["action"] == "block"
     });
 
-    // fail_closed = false: it starts, without the secret, loudly.
-    sb.write_policy(secrets);
+    // fail_closed = false: it starts, without the secret, loudly. (Another
+    // id: another command under "sec" would be another server.)
+    sb.write_policy(&secrets.replace("\"sec\"", "\"sec2\""));
     let stderr = sb.path().join("wrap.stderr");
-    let argv = sb.wrap_argv("sec", &[], &peers.py_server("fastmcp_server.py", &[]));
+    let argv = sb.wrap_argv("sec2", &[], &peers.py_server("fastmcp_server.py", &[]));
     let opts = DriverOptions {
         env: &env,
         stderr: Some(&stderr),
@@ -986,7 +987,7 @@ fn unreadable_keyring_refuses_initialize_when_fail_closed_and_starts_without_sec
         "a stderr line says why: {said}"
     );
     sb.wait_for_event("the loud event", |e| {
-        is_event(e, "vault_unavailable", None, "vault.unavailable") && e["action"] == "alert"
+        is_event(e, "vault_unavailable", None, "vault.unavailable") && e["action"] == "alert" && e["server"] == "sec2"
     });
 }
 
@@ -1051,6 +1052,13 @@ fn a_changed_launch_is_held_without_secrets_or_tools_until_approved() {
     );
 
     // The script changes behind the same command: held.
+    let keyring_asked = |sb: &Sandbox| {
+        sb.events()
+            .iter()
+            .filter(|e| e["type"] == "vault_unavailable")
+            .count()
+    };
+    let asked_before = keyring_asked(&sb);
     std::fs::write(&script, format!("{original}\n# changed\n")).unwrap();
     let mut d = start(&env);
     assert!(d.list_tools().is_empty(), "a held launch lists no tools");
@@ -1070,11 +1078,12 @@ fn a_changed_launch_is_held_without_secrets_or_tools_until_approved() {
     sb.wait_for_event("the withheld secrets", |e| {
         is_event(e, "vault_secret_withheld", None, "launch.held")
     });
-    let events = sb.events();
-    assert!(
-        !events.iter().any(|e| e["type"] == "vault_unavailable"),
+    assert_eq!(
+        keyring_asked(&sb),
+        asked_before,
         "the keyring is not asked for a held launch's secrets"
     );
+    let events = sb.events();
     assert!(
         !events
             .iter()

@@ -1172,7 +1172,7 @@ impl<I: Inspector> Relay<I> {
         Verdict::Answer(error_value(
             id,
             -32601,
-            &format!("Gatehouse declined this roots/list request: {reason}"),
+            &format!("Gatehouse declined this roots/list request ({rule}): {reason}"),
         ))
     }
 
