@@ -987,7 +987,9 @@ fn unreadable_keyring_refuses_initialize_when_fail_closed_and_starts_without_sec
         "a stderr line says why: {said}"
     );
     sb.wait_for_event("the loud event", |e| {
-        is_event(e, "vault_unavailable", None, "vault.unavailable") && e["action"] == "alert" && e["server"] == "sec2"
+        is_event(e, "vault_unavailable", None, "vault.unavailable")
+            && e["action"] == "alert"
+            && e["server"] == "sec2"
     });
 }
 
