@@ -675,12 +675,15 @@ fn elicitation_request(id: i64) -> gatehouse_protocol::Frame {
     )
 }
 
+/// (kind, rule, action) of each event.
+type EventKeys = Vec<(String, String, String)>;
+
 /// One server→client request through a relay with `settings`: what the
-/// client got, what the server was answered, the (kind, rule, action) events.
+/// client got, what the server was answered, the events.
 fn server_request(
     settings: Settings,
     frame: gatehouse_protocol::Frame,
-) -> (Vec<Value>, Vec<Value>, Vec<(String, String, String)>) {
+) -> (Vec<Value>, Vec<Value>, EventKeys) {
     let mut r = relay(settings, PinTable::default());
     r.on_client_frame(init_with(json!({"elicitation": {}})), 0);
     let out = r.on_server_frame(frame, 0);
