@@ -622,3 +622,506 @@ fn generated_policy_locks_down_to_what_was_observed() {
         "refused by the server allowlist: {error}"
     );
 }
+
+/// Runs the raw fixture server (with its request tools) behind wrap under
+/// `policy`, calls each of `calls` (tool, arguments) and returns their
+/// result texts and every raw server→client line the client received.
+fn server_request_session(
+    peers: &Peers,
+    sb: &Sandbox,
+    policy: &str,
+    calls: &[(&str, Value)],
+) -> (Vec<String>, Vec<Value>) {
+    sb.write_policy(policy);
+    let tee = sb.path().join(format!("wire-{}.jsonl", policy.len()));
+    let _ = std::fs::remove_file(&tee);
+    let server = peers.py_server("raw_server.py", &["--requests"]);
+    let argv = sb.wrap_argv("requests", &[], &server);
+    let mut d = Driver::start(peers, sb, &argv, Some(&tee), &[]);
+    d.list_tools();
+    let texts = calls
+        .iter()
+        .map(|(tool, args)| result_text(&d.call(tool, args.clone())))
+        .collect();
+    d.quit();
+    (texts, gatehouse_e2e::read_frames(&tee))
+}
+
+/// The server→client requests of `method` the client received.
+fn requests_seen<'a>(frames: &'a [Value], method: &str) -> Vec<&'a Value> {
+    frames.iter().filter(|f| f["method"] == method).collect()
+}
+
+#[test]
+fn each_requests_key_governs_its_own_server_to_client_request() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let all = [
+        ("roots", json!({})),
+        ("sample", json!({"context": "allServers"})),
+        ("elicit", json!({})),
+    ];
+
+    // roots and elicitation declined; sampling allowed, allServers stripped.
+    let (texts, frames) = server_request_session(
+        &peers,
+        &sb,
+        "[requests]\nroots = \"decline\"\nelicitation = \"decline\"\n",
+        &all,
+    );
+    assert!(
+        texts[0].contains("\"error\"") && texts[0].contains("requests.roots"),
+        "roots/list is answered to the server with an error naming the rule: {}",
+        texts[0]
+    );
+    assert!(
+        requests_seen(&frames, "roots/list").is_empty(),
+        "roots/list never reaches the client"
+    );
+    assert!(
+        texts[1].contains("stub sample"),
+        "sampling is allowed: {}",
+        texts[1]
+    );
+    let sampled = requests_seen(&frames, "sampling/createMessage");
+    assert_eq!(
+        sampled[0]["params"]["includeContext"], "thisServer",
+        "allServers is downgraded to thisServer (strip, the default)"
+    );
+    assert!(texts[2].contains("decline"), "{}", texts[2]);
+    assert!(
+        requests_seen(&frames, "elicitation/create").is_empty(),
+        "elicitation declined on its own"
+    );
+    sb.wait_for_event("the declined roots/list", |e| {
+        is_event(e, "mcp_roots_declined", None, "requests.roots") && e["action"] == "block"
+    });
+    sb.wait_for_event("the stripped context", |e| {
+        is_event(
+            e,
+            "mcp_sampling_context",
+            None,
+            "requests.sampling_include_context",
+        ) && e["action"] == "alert"
+    });
+    sb.wait_for_event("the declined elicitation", |e| {
+        is_event(e, "mcp_elicitation_declined", None, "requests.elicitation")
+    });
+
+    // sampling declined on its own: roots and elicitation reach the client.
+    let (texts, frames) =
+        server_request_session(&peers, &sb, "[requests]\nsampling = \"decline\"\n", &all);
+    assert!(
+        texts[0].contains("gatehouse-e2e-root"),
+        "roots allowed: {}",
+        texts[0]
+    );
+    assert!(
+        texts[1].contains("\"error\"") && !texts[1].contains("stub sample"),
+        "sampling declined: {}",
+        texts[1]
+    );
+    assert!(requests_seen(&frames, "sampling/createMessage").is_empty());
+    assert_eq!(
+        requests_seen(&frames, "elicitation/create").len(),
+        1,
+        "elicitation still reaches the client"
+    );
+    sb.wait_for_event("the declined sampling", |e| {
+        is_event(e, "mcp_sampling_blocked", None, "requests.sampling")
+    });
+
+    // sampling_include_context = "decline": only allServers is declined;
+    // "allow" forwards it unchanged with an event.
+    let (texts, frames) = server_request_session(
+        &peers,
+        &sb,
+        "[requests]\nsampling_include_context = \"decline\"\n",
+        &[
+            ("sample", json!({"context": "allServers"})),
+            ("sample", json!({"context": "thisServer"})),
+        ],
+    );
+    assert!(
+        texts[0].contains("requests.sampling_include_context") && !texts[0].contains("stub sample"),
+        "{}",
+        texts[0]
+    );
+    assert!(
+        texts[1].contains("stub sample"),
+        "thisServer passes: {}",
+        texts[1]
+    );
+    assert_eq!(requests_seen(&frames, "sampling/createMessage").len(), 1);
+    let (texts, frames) = server_request_session(
+        &peers,
+        &sb,
+        "[requests]\nsampling_include_context = \"allow\"\n",
+        &[("sample", json!({"context": "allServers"}))],
+    );
+    assert!(texts[0].contains("stub sample"), "{}", texts[0]);
+    assert_eq!(
+        requests_seen(&frames, "sampling/createMessage")[0]["params"]["includeContext"],
+        "allServers",
+        "allow forwards it unchanged"
+    );
+    sb.wait_for_event("the allowed context", |e| {
+        is_event(
+            e,
+            "mcp_sampling_context",
+            None,
+            "requests.sampling_include_context",
+        ) && e["action"] == "allow"
+    });
+
+    // A restricted server may never list roots, whatever requests.roots says.
+    let (texts, frames) = server_request_session(
+        &peers,
+        &sb,
+        "[requests]\nroots = \"allow\"\n[servers.\"requests\"]\ntrust = \"restricted\"\ntool_allowlist = [\"roots\"]\n",
+        &[("roots", json!({}))],
+    );
+    assert!(texts[0].contains("restricted.roots"), "{}", texts[0]);
+    assert!(requests_seen(&frames, "roots/list").is_empty());
+    sb.wait_for_event("the restricted roots/list", |e| {
+        is_event(e, "mcp_roots_declined", None, "restricted.roots")
+    });
+}
+
+/// Runs `script` with the venv's Python (stdlib `sqlite3`) against the
+/// sandbox's database; `args` follow the database path in `sys.argv`.
+fn db_script(peers: &Peers, sb: &Sandbox, script: &str, args: &[String]) -> String {
+    let out = std::process::Command::new(peers.python())
+        .arg("-c")
+        .arg(script)
+        .arg(sb.gatehouse_home().join("gatehouse.db"))
+        .args(args)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "database script failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Inserts `count` events of `blob_bytes` evidence each, the first `age_ms`
+/// old and each next one a millisecond younger (rule `old-N`, server `seed`).
+fn seed_events(peers: &Peers, sb: &Sandbox, count: u64, age_ms: u64, blob_bytes: usize) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    db_script(
+        peers,
+        sb,
+        r#"
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1], timeout=10)
+count, start, blob = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+evidence = '{"blob":"' + "x" * blob + '"}'
+db.executemany(
+    "INSERT INTO events (time_ms, last_time_ms, type, server_id, action, rule, severity, reason, evidence) "
+    "VALUES (?, ?, 'frame_dropped', 'seed', 'block', ?, 'high', 'seeded', ?)",
+    [(start + i, start + i, "old-%d" % i, evidence) for i in range(count)])
+db.commit()
+"#,
+        &[
+            count.to_string(),
+            (now - age_ms).to_string(),
+            blob_bytes.to_string(),
+        ],
+    );
+}
+
+/// (count, oldest time, newest time) of the seeded events left.
+fn seeded_left(peers: &Peers, sb: &Sandbox) -> (u64, u64, u64) {
+    let out = db_script(
+        peers,
+        sb,
+        "import sqlite3, sys\n\
+         db = sqlite3.connect(sys.argv[1], timeout=10)\n\
+         print(*db.execute(\"SELECT COUNT(*), IFNULL(MIN(time_ms), 0), IFNULL(MAX(time_ms), 0) FROM events WHERE server_id = 'seed'\").fetchone())",
+        &[],
+    );
+    let v: Vec<u64> = out.split_whitespace().map(|n| n.parse().unwrap()).collect();
+    (v[0], v[1], v[2])
+}
+
+#[test]
+fn wrap_prunes_events_per_the_policy_retention_and_size_cap() {
+    const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    sb.write_policy("[limits]\nevent_retention_days = 7\n");
+    sb.events(); // creates the database
+    seed_events(&peers, &sb, 3, 10 * DAY_MS, 10);
+    seed_events(&peers, &sb, 2, 3 * DAY_MS, 10);
+
+    let argv = sb.wrap_argv("notes", &[], &peers.py_server("raw_server.py", &[]));
+    let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
+    assert_eq!(result_text(&d.call("echo", json!({"text": "hi"}))), "hi");
+    // Maintenance runs in the background a moment after start.
+    gatehouse_e2e::wait_until(
+        "events older than 7 days are pruned",
+        std::time::Duration::from_secs(15),
+        || seeded_left(&peers, &sb).0 == 2,
+    );
+    d.quit();
+    let (_, oldest, _) = seeded_left(&peers, &sb);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(
+        now - oldest < 4 * DAY_MS,
+        "the 3-day-old events stay under a 7-day retention"
+    );
+
+    // The size cap: ~24 MiB of recent events under a 16 MiB cap. The hourly
+    // throttle is reset so this start runs maintenance again.
+    sb.write_policy("[limits]\nevent_retention_days = 7\ndb_max_mb = 16\n");
+    db_script(
+        &peers,
+        &sb,
+        "import sqlite3, sys\n\
+         db = sqlite3.connect(sys.argv[1], timeout=10)\n\
+         db.execute(\"DELETE FROM meta WHERE key = 'maintenance.last_run_ms'\")\n\
+         db.commit()",
+        &[],
+    );
+    seed_events(&peers, &sb, 6000, DAY_MS, 4000);
+    let (before, _, newest) = seeded_left(&peers, &sb);
+    assert_eq!(before, 6002);
+    let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
+    assert_eq!(result_text(&d.call("echo", json!({"text": "hi"}))), "hi");
+    gatehouse_e2e::wait_until(
+        "the oldest events are pruned to the size cap",
+        std::time::Duration::from_secs(20),
+        || seeded_left(&peers, &sb).0 < before,
+    );
+    d.quit();
+    let (left, oldest, newest_left) = seeded_left(&peers, &sb);
+    assert!(
+        left < 4200,
+        "about a third of ~24 MiB must go under a 16 MiB cap, {left} left"
+    );
+    assert_eq!(newest_left, newest, "the newest event survives");
+    assert!(
+        oldest > now - 2 * DAY_MS,
+        "oldest first: the 3-day-old events went before the 1-day-old ones"
+    );
+    let used = db_script(
+        &peers,
+        &sb,
+        "import sqlite3, sys\n\
+         db = sqlite3.connect(sys.argv[1], timeout=10)\n\
+         c = lambda p: db.execute('PRAGMA ' + p).fetchone()[0]\n\
+         print((c('page_count') - c('freelist_count')) * c('page_size'))",
+        &[],
+    );
+    assert!(
+        used.parse::<u64>().unwrap() <= 16 * 1024 * 1024,
+        "used bytes under the cap: {used}"
+    );
+}
+
+#[test]
+fn unreadable_keyring_refuses_initialize_when_fail_closed_and_starts_without_secrets_otherwise() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    // A session bus that does not exist: the keyring cannot be reached.
+    let no_bus = format!("unix:path={}", sb.path().join("no-bus").display());
+    let env = [("DBUS_SESSION_BUS_ADDRESS", no_bus.as_str())];
+    let secrets = "[servers.\"sec\"]\nenv = { API_TOKEN = \"vault:API_TOKEN\" }\n";
+
+    sb.write_policy(&format!("fail_closed = true\n{secrets}"));
+    let pid_file = sb.path().join("server.pid");
+    let server = peers.py_server(
+        "raw_server.py",
+        &["--pid-file", &pid_file.display().to_string()],
+    );
+    let argv = sb.wrap_argv("sec", &[], &server);
+    let opts = DriverOptions {
+        env: &env,
+        ..DriverOptions::default()
+    };
+    let error = match Driver::try_start(&peers, &sb, &argv, opts) {
+        Ok(d) => {
+            d.quit();
+            panic!("fail_closed must refuse a server whose secrets cannot be read")
+        }
+        Err(error) => error,
+    };
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("vault.unavailable") && message.contains("keyring"),
+        "the refusal names the rule and the reason: {error}"
+    );
+    assert!(!pid_file.exists(), "nothing is started under fail_closed");
+    sb.wait_for_event("the refusal", |e| {
+        is_event(e, "mcp_server_refused", None, "vault.unavailable") && e["action"] == "block"
+    });
+
+    // fail_closed = false: it starts, without the secret, loudly. (Another
+    // id: another command under "sec" would be another server.)
+    sb.write_policy(&secrets.replace("\"sec\"", "\"sec2\""));
+    let stderr = sb.path().join("wrap.stderr");
+    let argv = sb.wrap_argv("sec2", &[], &peers.py_server("fastmcp_server.py", &[]));
+    let opts = DriverOptions {
+        env: &env,
+        stderr: Some(&stderr),
+        ..DriverOptions::default()
+    };
+    let mut d = Driver::try_start(&peers, &sb, &argv, opts).expect("starts without secrets");
+    let names = result_text(&d.call("env_names", json!({})));
+    assert!(
+        !names.contains("API_TOKEN"),
+        "no secret, no variable: {names}"
+    );
+    d.quit();
+    let said = std::fs::read_to_string(&stderr).unwrap();
+    assert!(
+        said.contains("WITHOUT its secrets") && said.contains("keyring"),
+        "a stderr line says why: {said}"
+    );
+    sb.wait_for_event("the loud event", |e| {
+        is_event(e, "vault_unavailable", None, "vault.unavailable")
+            && e["action"] == "alert"
+            && e["server"] == "sec2"
+    });
+}
+
+/// (approved, pending) of the server's `launch_approvals` row ("" = none).
+fn launch_row(peers: &Peers, sb: &Sandbox, server: &str) -> String {
+    db_script(
+        peers,
+        sb,
+        "import sqlite3, sys\n\
+         db = sqlite3.connect(sys.argv[1], timeout=10)\n\
+         r = db.execute('SELECT approved, IFNULL(pending, \"\") FROM launch_approvals WHERE server_id = ?', (sys.argv[2],)).fetchone()\n\
+         print('' if r is None else '%s %s' % r)",
+        &[server.to_string()],
+    )
+}
+
+#[test]
+fn a_changed_launch_is_held_without_secrets_or_tools_until_approved() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    // The keyring is unreachable: a held launch must not even ask it.
+    let no_bus = format!("unix:path={}", sb.path().join("no-bus").display());
+    let env = [("DBUS_SESSION_BUS_ADDRESS", no_bus.as_str())];
+    sb.write_policy("[servers.\"notes\"]\nenv = { API_TOKEN = \"vault:API_TOKEN\" }\n");
+    // The script is a copy the test changes: same command, other code.
+    let script = sb.path().join("server.py");
+    let original =
+        std::fs::read_to_string(gatehouse_e2e::tests_dir().join("servers/raw_server.py")).unwrap();
+    std::fs::write(&script, &original).unwrap();
+    let argv = sb.wrap_argv(
+        "notes",
+        &[],
+        &[
+            peers.python().display().to_string(),
+            script.display().to_string(),
+        ],
+    );
+    let start = |d_env: &[(&str, &str)]| {
+        Driver::try_start(
+            &peers,
+            &sb,
+            &argv,
+            DriverOptions {
+                env: d_env,
+                ..DriverOptions::default()
+            },
+        )
+        .expect("the server starts")
+    };
+
+    // First sight: approved, tools trusted.
+    let mut d = start(&env);
+    assert_eq!(names(&d.list_tools()), ["echo"]);
+    d.quit();
+    gatehouse_e2e::wait_until(
+        "the first launch is approved",
+        std::time::Duration::from_secs(10),
+        || {
+            let row = launch_row(&peers, &sb, "notes");
+            row.starts_with("sha256:") && !row.trim_end().contains(' ')
+        },
+    );
+
+    // The script changes behind the same command: held.
+    let keyring_asked = |sb: &Sandbox| {
+        sb.events()
+            .iter()
+            .filter(|e| e["type"] == "vault_unavailable")
+            .count()
+    };
+    let asked_before = keyring_asked(&sb);
+    std::fs::write(&script, format!("{original}\n# changed\n")).unwrap();
+    let mut d = start(&env);
+    assert!(d.list_tools().is_empty(), "a held launch lists no tools");
+    let r = d.call("echo", json!({"text": "hi"}));
+    assert_blocked(&r, "launch.held", "a held launch's calls are blocked");
+    assert!(
+        result_text(&r).contains("gatehouse pins trust-launch --server notes"),
+        "the answer names the approval command: {r}"
+    );
+    d.quit();
+    sb.wait_for_event("the held launch", |e| {
+        is_event(e, "mcp_server_launch_held", None, "launch.held") && e["action"] == "hold"
+    });
+    sb.wait_for_event("the change", |e| {
+        is_event(e, "mcp_server_binary_mismatch", None, "launch.changed") && e["action"] == "hold"
+    });
+    sb.wait_for_event("the withheld secrets", |e| {
+        is_event(e, "vault_secret_withheld", None, "launch.held")
+    });
+    assert_eq!(
+        keyring_asked(&sb),
+        asked_before,
+        "the keyring is not asked for a held launch's secrets"
+    );
+    let events = sb.events();
+    assert!(
+        !events
+            .iter()
+            .any(|e| e["type"] == "server_identity_mismatch"),
+        "same command: a changed launch, not another server"
+    );
+
+    // Still held at the next start, until a person approves it.
+    let mut d = start(&env);
+    assert!(
+        d.list_tools().is_empty(),
+        "held on every start until approved"
+    );
+    d.quit();
+    let out = sb.gatehouse(&["pins", "trust-launch", "--server", "notes"]);
+    assert!(
+        out.status.success(),
+        "trust-launch: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = sb.gatehouse(&["pins", "trust-launch", "--server", "notes"]);
+    assert!(!out.status.success(), "nothing waits any more");
+
+    // Approved: tools back. (Without a keyring, its secrets now fail as usual.)
+    let mut d = start(&env);
+    assert_eq!(names(&d.list_tools()), ["echo"]);
+    assert_eq!(result_text(&d.call("echo", json!({"text": "hi"}))), "hi");
+    d.quit();
+
+    // on_launch_change = "alert": a change only alerts.
+    sb.write_policy("[pinning]\non_launch_change = \"alert\"\n");
+    std::fs::write(&script, format!("{original}\n# changed again\n")).unwrap();
+    let mut d = start(&[]);
+    assert_eq!(names(&d.list_tools()), ["echo"], "alert mode holds nothing");
+    d.quit();
+    sb.wait_for_event("the alert", |e| {
+        is_event(e, "mcp_server_binary_mismatch", None, "launch.changed") && e["action"] == "alert"
+    });
+}

@@ -1,12 +1,17 @@
 """A minimal stdlib-only MCP server speaking newline-delimited JSON-RPC,
 for behaviours no SDK server produces on demand.
 
-Usage: raw_server.py [--garbage] [--exit-after-init CODE] [--pid-file PATH]
+Usage: raw_server.py [--garbage] [--exit-after-init CODE] [--pid-file PATH] [--requests]
 
   --garbage            before answering tools/call, write one unparseable
                        line to stdout (the proxy must drop it)
   --exit-after-init N  exit with code N right after answering initialize
   --pid-file PATH      write this process's pid to PATH at start
+  --requests           also list tools that send server->client requests:
+                       roots() sends roots/list, sample(context?) sends
+                       sampling/createMessage (with includeContext when
+                       given), elicit() sends elicitation/create; each
+                       returns the JSON answer it got (result or error)
 
 Tools: echo(text) -> text.
 """
@@ -17,6 +22,7 @@ import sys
 
 args = sys.argv[1:]
 garbage = "--garbage" in args
+requests = "--requests" in args
 exit_code = int(args[args.index("--exit-after-init") + 1]) if "--exit-after-init" in args else None
 if "--pid-file" in args:
     with open(args[args.index("--pid-file") + 1], "w") as f:
@@ -31,12 +37,55 @@ TOOL = {
 }
 
 
+REQUEST_TOOLS = [
+    {"name": "roots", "description": "Lists the client's roots.",
+     "inputSchema": {"type": "object", "properties": {}}},
+    {"name": "sample", "description": "Asks the client for a sample.",
+     "inputSchema": {"type": "object", "properties": {"context": {"type": "string"}}}},
+    {"name": "elicit", "description": "Asks the client for a city.",
+     "inputSchema": {"type": "object", "properties": {}}},
+]
+
+
 def send(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
 
 
-for line in sys.stdin:
+def ask(method, params):
+    """Sends a request to the client and returns its answer (result or error)."""
+    rid = "raw-%s" % method
+    send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            sys.exit(0)
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if msg.get("id") == rid and "method" not in msg:
+            return {k: msg[k] for k in ("result", "error") if k in msg}
+
+
+def request_tool(name, arguments):
+    if name == "roots":
+        return ask("roots/list", {})
+    if name == "sample":
+        params = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+                  "maxTokens": 5}
+        if arguments.get("context"):
+            params["includeContext"] = arguments["context"]
+        return ask("sampling/createMessage", params)
+    return ask("elicitation/create", {
+        "message": "Which city?",
+        "requestedSchema": {"type": "object", "properties": {"city": {"type": "string"}}}})
+
+
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
     try:
         msg = json.loads(line)
     except ValueError:
@@ -52,7 +101,10 @@ for line in sys.stdin:
         if exit_code is not None:
             sys.exit(exit_code)
     elif method == "tools/list":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [TOOL]}})
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [TOOL] + (REQUEST_TOOLS if requests else [])}})
+    elif method == "tools/call" and msg["params"].get("name") in ("roots", "sample", "elicit"):
+        answer = request_tool(msg["params"]["name"], msg["params"].get("arguments") or {})
+        send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": json.dumps(answer)}]}})
     elif method == "tools/call":
         if garbage:
             sys.stdout.write(GARBAGE + "\n")

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use crate::inspect::{findings_json, max_severity, Finding, Inspector};
 use crate::pins::{judge, PinEntry, PinState, PinTable, ToolJudgement};
-use crate::settings::{ResultAction, SensitiveElicitation, Settings, ToolRule};
+use crate::settings::{ResultAction, SamplingContext, SensitiveElicitation, Settings, ToolRule};
 use crate::verdict::{Action, EngineEvent, InputRequest, Output, PinUpdate, Severity};
 
 /// Who the relay speaks for.
@@ -388,6 +388,11 @@ impl<I: Inspector> Relay<I> {
                 "tool.unknown",
                 Severity::Medium,
                 format!("the server did not list a tool named {tool:?}"),
+            )),
+            Some(seen) if !seen.exposed && seen.withheld_rule == "launch.held" => Some((
+                "launch.held",
+                Severity::High,
+                self.settings.launch_held.clone().unwrap_or_default(),
             )),
             Some(seen) if !seen.exposed => {
                 // Withheld by policy: refused naming the policy's own rule
@@ -877,6 +882,17 @@ impl<I: Inspector> Relay<I> {
                 ));
             }
         }
+        if exposed && self.settings.launch_held.is_some() {
+            exposed = false;
+            rule = "launch.held";
+            if first_report {
+                out.push(Output::Event(
+                    EngineEvent::new("mcp_tool_hidden", Severity::High, self.hold_action(), rule)
+                        .tool(&name)
+                        .reason("the server's launch changed and waits for approval"),
+                ));
+            }
+        }
         if exposed && self.exposed_in_listing >= self.settings.max_tools {
             exposed = false;
             rule = "list.tool_cap";
@@ -1119,41 +1135,155 @@ impl<I: Inspector> Relay<I> {
         let params = msg.params().cloned().unwrap_or(Value::Null);
         match method {
             "elicitation/create" => self.elicitation(id, msg, &params, out),
-            "sampling/createMessage" => {
-                if self.settings.restricted {
-                    return self.decline_sampling(
-                        id,
-                        "restricted.sampling",
-                        "restricted servers may not sample",
-                        out,
-                    );
-                }
-                let findings = if self.settings.scan_results {
-                    self.inspector.scan_server_request(method, &params)
-                } else {
-                    Vec::new()
-                };
-                if max_severity(&findings).is_some_and(Severity::is_flagged)
-                    && !self.settings.audit_only
-                {
-                    out.push(Output::Event(
-                        EngineEvent::new(
-                            "mcp_sampling_blocked",
-                            Severity::High,
-                            Action::Block,
-                            &findings[0].rule,
+            "sampling/createMessage" => self.sampling(id, msg, &params, out),
+            "roots/list" => self.roots(id, out),
+            _ => Verdict::Forward,
+        }
+    }
+
+    /// `roots/list`: declined for restricted servers and under
+    /// `requests.roots = "decline"` with a JSON-RPC error to the server.
+    fn roots(&self, id: &RequestId, out: &mut Vec<Output>) -> Verdict {
+        let (rule, reason) = if self.settings.restricted {
+            ("restricted.roots", "restricted servers may not list roots")
+        } else if !self.settings.roots_allowed {
+            (
+                "requests.roots",
+                "policy declines roots/list (requests.roots)",
+            )
+        } else {
+            return Verdict::Forward;
+        };
+        // Audit mode records what enforcement would do; restricted trust
+        // is declined in every mode, like elicitation and sampling.
+        let audit = self.settings.audit_only && !self.settings.restricted;
+        out.push(Output::Event(
+            EngineEvent::new(
+                "mcp_roots_declined",
+                Severity::Medium,
+                if audit { Action::Audit } else { Action::Block },
+                rule,
+            )
+            .reason(reason.to_string()),
+        ));
+        if audit {
+            return Verdict::Forward;
+        }
+        Verdict::Answer(error_value(
+            id,
+            -32601,
+            &format!("Gatehouse declined this roots/list request ({rule}): {reason}"),
+        ))
+    }
+
+    fn sampling(
+        &mut self,
+        id: &RequestId,
+        msg: &Message,
+        params: &Value,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
+        if self.settings.restricted {
+            return self.decline_sampling(
+                id,
+                "restricted.sampling",
+                "restricted servers may not sample",
+                out,
+            );
+        }
+        let audit = self.settings.audit_only;
+        if !self.settings.sampling_allowed {
+            let reason = "policy declines sampling (requests.sampling)";
+            if !audit {
+                return self.decline_sampling(id, "requests.sampling", reason, out);
+            }
+            out.push(Output::Event(
+                EngineEvent::new(
+                    "mcp_sampling_blocked",
+                    Severity::Medium,
+                    Action::Audit,
+                    "requests.sampling",
+                )
+                .reason(reason.to_string()),
+            ));
+        }
+        let findings = if self.settings.scan_results {
+            self.inspector
+                .scan_server_request("sampling/createMessage", params)
+        } else {
+            Vec::new()
+        };
+        if max_severity(&findings).is_some_and(Severity::is_flagged) && !audit {
+            out.push(Output::Event(
+                EngineEvent::new(
+                    "mcp_sampling_blocked",
+                    Severity::High,
+                    Action::Block,
+                    &findings[0].rule,
+                )
+                .evidence(findings_json(&findings)),
+            ));
+            return Verdict::Answer(error_value(
+                id,
+                -1,
+                "Gatehouse declined this sampling request: it carries hidden instructions",
+            ));
+        }
+        // Other servers' context (`allServers`); `thisServer` is the
+        // server's own and passes.
+        if params.get("includeContext").and_then(Value::as_str) != Some("allServers") {
+            return Verdict::Forward;
+        }
+        let rule = "requests.sampling_include_context";
+        let evidence = json!({"includeContext": "allServers"});
+        match self.settings.sampling_context {
+            SamplingContext::Allow => {
+                out.push(Output::Event(
+                    EngineEvent::new("mcp_sampling_context", Severity::Low, Action::Allow, rule)
+                        .reason(
+                            "sampling asks for every server's context; forwarded (policy: allow)",
                         )
-                        .evidence(findings_json(&findings)),
-                    ));
-                    return Verdict::Answer(error_value(
-                        id,
-                        -1,
-                        "Gatehouse declined this sampling request: it carries hidden instructions",
-                    ));
-                }
+                        .evidence(evidence),
+                ));
                 Verdict::Forward
             }
-            _ => Verdict::Forward,
+            SamplingContext::Decline if !audit => {
+                out.push(Output::Event(
+                    EngineEvent::new(
+                        "mcp_sampling_blocked",
+                        Severity::Medium,
+                        Action::Block,
+                        rule,
+                    )
+                    .reason("sampling asked for every server's context (policy: decline)")
+                    .evidence(evidence),
+                ));
+                Verdict::Answer(error_value(
+                    id,
+                    -1,
+                    "Gatehouse declined this sampling request: it asks for other servers' context (requests.sampling_include_context)",
+                ))
+            }
+            SamplingContext::Strip if !audit => {
+                out.push(Output::Event(
+                    EngineEvent::new("mcp_sampling_context", Severity::Medium, Action::Alert, rule)
+                        .reason("sampling asked for every server's context; downgraded to \"thisServer\" (policy: strip)")
+                        .evidence(evidence),
+                ));
+                let mut v = msg.value.clone();
+                if let Some(p) = v.get_mut("params").and_then(Value::as_object_mut) {
+                    p.insert("includeContext".into(), Value::String("thisServer".into()));
+                }
+                Verdict::Rewrite(v)
+            }
+            SamplingContext::Strip | SamplingContext::Decline => {
+                out.push(Output::Event(
+                    EngineEvent::new("mcp_sampling_context", Severity::Medium, Action::Audit, rule)
+                        .reason("audit mode: sampling asks for every server's context; would be changed or declined")
+                        .evidence(evidence),
+                ));
+                Verdict::Forward
+            }
         }
     }
 
@@ -1207,6 +1337,21 @@ impl<I: Inspector> Relay<I> {
                 "restricted servers may not ask for input".into(),
                 out,
             );
+        }
+        if !self.settings.elicitation_allowed {
+            let reason = "policy declines input requests (requests.elicitation)";
+            if !self.settings.audit_only {
+                return decline("requests.elicitation", reason.into(), out);
+            }
+            out.push(Output::Event(
+                EngineEvent::new(
+                    "mcp_elicitation_declined",
+                    Severity::Medium,
+                    Action::Audit,
+                    "requests.elicitation",
+                )
+                .reason(format!("audit mode: {reason}")),
+            ));
         }
         let sensitive = sensitive_field(params);
         if let (Some(field), SensitiveElicitation::Decline) =

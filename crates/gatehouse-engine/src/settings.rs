@@ -33,6 +33,18 @@ pub enum SensitiveElicitation {
     Decline,
 }
 
+/// Sampling that asks for every server's context (`includeContext:
+/// "allServers"`). `"thisServer"` and `"none"` always pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SamplingContext {
+    /// Forward unchanged (with an event).
+    Allow,
+    /// Rewrite `includeContext` to `"thisServer"` (DESIGN §3 "strip").
+    Strip,
+    /// Decline the request with an error to the server.
+    Decline,
+}
+
 /// A per-call policy decision.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ToolRule {
@@ -79,12 +91,25 @@ pub struct Settings {
     /// markers (`Inspector::spotlight`). Off by default.
     pub spotlight_results: bool,
     pub result_action: ResultAction,
-    /// `restricted` trust: never allowed to elicit or sample.
+    /// `restricted` trust: never allowed to elicit, sample or list roots.
     pub restricted: bool,
+    /// `requests.elicitation` is not `"decline"` (restricted aside).
+    pub elicitation_allowed: bool,
+    /// `requests.sampling = "allow"` (restricted aside).
+    pub sampling_allowed: bool,
+    /// `requests.roots = "allow"` (restricted aside).
+    pub roots_allowed: bool,
+    /// `requests.sampling_include_context`.
+    pub sampling_context: SamplingContext,
     /// Elicitation requests asking for sensitive fields.
     pub sensitive_elicitation: SensitiveElicitation,
     /// Policy sends every input request to the dashboard inbox.
     pub elicitation_inbox: bool,
+    /// The server's launch changed and waits for approval
+    /// (`pinning.on_launch_change = "hold"`): every tool is withheld and
+    /// every call is blocked with this reason (which names the approval
+    /// command). `None` for an approved launch.
+    pub launch_held: Option<String>,
     /// Minimum spacing of forwarded `notifications/tools/list_changed`.
     pub list_changed_interval_ms: u64,
     /// How the server is named to people ("github (npx server-github)").
@@ -105,8 +130,13 @@ impl Default for Settings {
             spotlight_results: false,
             result_action: ResultAction::Block,
             restricted: false,
+            elicitation_allowed: true,
+            sampling_allowed: true,
+            roots_allowed: true,
+            sampling_context: SamplingContext::Strip,
             sensitive_elicitation: SensitiveElicitation::Decline,
             elicitation_inbox: false,
+            launch_held: None,
             list_changed_interval_ms: 5_000,
             server_label: "server".into(),
             policy: Box::new(AllowAll),

@@ -6,17 +6,14 @@ use std::time::Duration;
 
 use gatehouse_config::{LoadedPolicy, Policy, ServerRef, Trust};
 use gatehouse_engine::env::{filter_env, Os};
-use gatehouse_engine::launch::launch_facts;
-use gatehouse_engine::settings::{OnChange, ResultAction, SensitiveElicitation};
+use gatehouse_engine::settings::{OnChange, ResultAction, SamplingContext, SensitiveElicitation};
 use gatehouse_engine::{
     EngineEvent, Inspector, Output, PinEntry, PinState, PinTable, PinUpdate, Relay, ServerInfo,
     Settings,
 };
 use gatehouse_protocol::identity::launch_command_hash;
 use gatehouse_protocol::{parse_frame, HASH_VERSION};
-use gatehouse_store::{
-    home, HoldState, Identity, LaunchPin, MacKey, NewEvent, Store, StoreOptions,
-};
+use gatehouse_store::{home, HoldState, Identity, MacKey, NewEvent, Store, StoreOptions};
 use gatehouse_vault::Vault;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncWriteExt, BufReader};
@@ -174,8 +171,47 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let mut args: Vec<String> = opts.argv[1..].to_vec();
     let guard_key = crate::egress::guard_key(&home::install_key(&home_dir)?);
     let mut own_fingerprints = Vec::new();
+    let mut keyring_unreadable = None;
     if !mismatch {
-        own_fingerprints = inject_secrets(
+        // The policy's plain values (a `PATH` among them decides the program).
+        for (name, value) in &server_settings.env {
+            if let gatehouse_config::EnvValue::Literal(v) = value {
+                env.push((name.clone(), v.clone()));
+            }
+        }
+    }
+    let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.into());
+    let exe = child::resolve_program(&program, path_var.as_ref(), &cwd)
+        .ok_or_else(|| WrapError::CommandNotFound(program.clone()))?;
+    // Launch pinning (DESIGN §6): a changed executable, script or package
+    // is held under on_launch_change = "hold" — no secrets, no tools —
+    // until a person approves it.
+    let launch_held = match &store {
+        Some(store) if policy.pinning.launch_pinning && !mismatch => {
+            crate::launch::check(
+                store,
+                &mac_key,
+                &opts.server_id,
+                &exe,
+                &opts.argv,
+                registered.as_ref().and_then(|s| s.launch.as_ref()),
+                policy.pinning.on_launch_change == gatehouse_config::OnLaunchChange::Hold,
+                &recorder,
+            )
+            .await
+        }
+        _ => None,
+    };
+    if let Some(reason) = &launch_held {
+        eprintln!("gatehouse: {server_name}: {reason}");
+    }
+    let wants_secrets = args.iter().any(|a| a.contains("{{vault:"))
+        || server_settings
+            .env
+            .values()
+            .any(|v| matches!(v, gatehouse_config::EnvValue::Vault(_)));
+    if !mismatch && launch_held.is_none() {
+        let injected = inject_secrets(
             &opts,
             &guard_key,
             &server_settings,
@@ -186,7 +222,9 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             &mut args,
             &recorder,
         );
-    } else if args.iter().any(|a| a.contains("{{vault:")) {
+        own_fingerprints = injected.fingerprints;
+        keyring_unreadable = injected.keyring_unreadable;
+    } else if mismatch && args.iter().any(|a| a.contains("{{vault:")) {
         recorder.event(
             EngineEvent::new(
                 "vault_secret_withheld",
@@ -195,6 +233,18 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 "identity.mismatch",
             )
             .reason("secrets are not injected into a server whose launch command changed"),
+        );
+    } else if launch_held.is_some() && (wants_secrets || registered.is_some()) {
+        recorder.event(
+            EngineEvent::new(
+                "vault_secret_withheld",
+                gatehouse_engine::Severity::High,
+                gatehouse_engine::Action::Hold,
+                "launch.held",
+            )
+            .reason(
+                "secrets are not injected into a server whose launch changed until it is approved",
+            ),
         );
     }
     // Secret egress guard (issue 6): publish ours, guard the others'.
@@ -207,10 +257,6 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         policy.is_audit_only(),
     )
     .await;
-
-    let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.into());
-    let exe = child::resolve_program(&program, path_var.as_ref(), &cwd)
-        .ok_or_else(|| WrapError::CommandNotFound(program.clone()))?;
 
     // Settings for the engine.
     let pins = match &store {
@@ -233,9 +279,13 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     };
     let trust_first = server_settings.pin_at_first_sight
         && !mismatch
+        && launch_held.is_none()
         && pins.is_empty()
         && !fresh_while_protected;
-    let settings = engine_settings(&policy, &server_settings, &server_name, &opts, trust_first);
+    let settings = Settings {
+        launch_held,
+        ..engine_settings(&policy, &server_settings, &server_name, &opts, trust_first)
+    };
     let inspector: Box<dyn Inspector + Send> = Box::new(scanner);
     let nonce = hex::encode(
         &Sha256::digest(format!(
@@ -273,6 +323,36 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let decision = typosquat.map_or(decision, |(rule, reason)| {
         gatehouse_config::Decision::Block { rule, reason }
     });
+    // DESIGN §8, keyring locked or absent: fail_closed refuses `initialize`
+    // (nothing started, no secret half-injected); otherwise the server
+    // starts without its secrets, loudly.
+    let decision = match keyring_unreadable {
+        Some(why) if !matches!(decision, gatehouse_config::Decision::Block { .. }) => {
+            if policy.fail_closed() {
+                gatehouse_config::Decision::Block {
+                    rule: "vault.unavailable".into(),
+                    reason: format!(
+                        "{why}; the server needs its secrets and fail_closed is set, so it is not started"
+                    ),
+                }
+            } else {
+                eprintln!("gatehouse: {server_name}: {why}; starting it WITHOUT its secrets (fail_closed = false)");
+                recorder.event(
+                    EngineEvent::new(
+                        "vault_unavailable",
+                        gatehouse_engine::Severity::High,
+                        gatehouse_engine::Action::Alert,
+                        "vault.unavailable",
+                    )
+                    .reason(format!(
+                        "{why}; starting without secrets (fail_closed = false)"
+                    )),
+                );
+                decision
+            }
+        }
+        _ => decision,
+    };
     if let gatehouse_config::Decision::Block { rule, reason } = decision {
         if policy.is_audit_only() || crate::pause::paused_now(store.as_ref(), &mac_key).await {
             // Audit mode records what enforcement would do and blocks nothing.
@@ -293,17 +373,14 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         }
     }
 
+    // Retention and the size cap (limits.*), off the start-up and call
+    // paths, at most hourly per database.
     if let Some(store) = &store {
-        if policy.pinning.launch_pinning && !mismatch {
-            let store = store.clone();
-            let exe = exe.clone();
-            let argv = opts.argv.clone();
-            let server_id = opts.server_id.clone();
-            let recorder = recorder.clone();
-            tokio::spawn(
-                async move { check_launch(&store, &server_id, &exe, &argv, &recorder).await },
-            );
-        }
+        let (store, policy) = (store.clone(), policy.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(crate::maintenance::AFTER_START).await;
+            crate::maintenance::maintain_if_due(&store, &policy).await;
+        });
     }
 
     let mut child = child::spawn(&exe, &args, &env).map_err(|source| WrapError::Spawn {
@@ -623,7 +700,7 @@ where
 
 /// Events and pin changes are written by one background task, off the hot path.
 #[derive(Clone)]
-struct Recorder {
+pub(crate) struct Recorder {
     events: mpsc::UnboundedSender<Record<EngineEvent>>,
     pins: mpsc::UnboundedSender<Record<(String, PinUpdate)>>,
 }
@@ -680,7 +757,7 @@ impl Recorder {
         Recorder { events, pins }
     }
 
-    fn event(&self, event: EngineEvent) {
+    pub(crate) fn event(&self, event: EngineEvent) {
         let _ = self.events.send(Record::Write(event));
     }
 
@@ -1036,13 +1113,22 @@ fn engine_settings(
             gatehouse_config::ResultAction::Block => ResultAction::Block,
             _ => ResultAction::Alert,
         },
-        restricted: server.trust == Trust::Restricted || !server.may_elicit && !server.may_sample,
+        restricted: server.trust == Trust::Restricted,
+        elicitation_allowed: server.may_elicit,
+        sampling_allowed: server.may_sample,
+        roots_allowed: server.may_list_roots,
+        sampling_context: match requests.sampling_include_context {
+            gatehouse_config::SamplingContext::Allow => SamplingContext::Allow,
+            gatehouse_config::SamplingContext::Strip => SamplingContext::Strip,
+            gatehouse_config::SamplingContext::Decline => SamplingContext::Decline,
+        },
         sensitive_elicitation: match requests.elicitation_sensitive_fields {
             gatehouse_config::SensitiveFields::Warn => SensitiveElicitation::Warn,
             gatehouse_config::SensitiveFields::Route => SensitiveElicitation::Inbox,
             gatehouse_config::SensitiveFields::Decline => SensitiveElicitation::Decline,
         },
         elicitation_inbox: server.elicit_via_inbox,
+        launch_held: None,
         list_changed_interval_ms: lists.refresh_coalesce.as_millis() as u64,
         server_label: format!("{server_name} ({})", shorten(&command, 80)),
         policy: Box::new(BoundPolicy {
@@ -1061,9 +1147,18 @@ fn shorten(text: &str, max: usize) -> String {
     format!("{cut}…")
 }
 
+/// What [`inject_secrets`] did.
+#[derive(Default)]
+struct Injected {
+    /// Keyed fingerprints of the secrets it fetched (egress guard).
+    fingerprints: Vec<gatehouse_vault::SecretFingerprint>,
+    /// Why the keyring could not be read (locked, absent, not answering),
+    /// when the server needs secrets from it. Names and reasons only.
+    keyring_unreadable: Option<String>,
+}
+
 /// Secrets for this server: `{{vault:NAME}}` in args, `vault:` references in
 /// the policy's per-server env. Failures are reported by name, never value.
-/// Returns the keyed fingerprints of the secrets it fetched (egress guard).
 fn inject_secrets(
     opts: &WrapOptions,
     key: &gatehouse_vault::GuardKey,
@@ -1072,25 +1167,24 @@ fn inject_secrets(
     env: &mut Vec<(String, String)>,
     args: &mut Vec<String>,
     recorder: &Recorder,
-) -> Vec<gatehouse_vault::SecretFingerprint> {
+) -> Injected {
     let mut fingerprints = Vec::new();
+    let mut keyring_unreadable: Option<String> = None;
     let wants_vault = args.iter().any(|a| a.contains("{{vault:"))
         || server
             .env
             .values()
             .any(|v| matches!(v, gatehouse_config::EnvValue::Vault(_)));
-    for (name, value) in &server.env {
-        if let gatehouse_config::EnvValue::Literal(v) = value {
-            env.push((name.clone(), v.clone()));
-        }
-    }
+    // Secrets it is known to need (a `vault:` reference or a placeholder):
+    // without them a locked keyring is a failure `fail_closed` decides.
+    let needs_secrets = wants_vault || env.iter().any(|(_, v)| v.contains("{{vault:"));
     let Some(vault) = opts.vault.as_deref() else {
-        return fingerprints;
+        return Injected::default();
     };
     // Servers that protect never registered have no stored secrets: the
     // keyring is not touched for them (it costs a D-Bus round trip).
     if !wants_vault && !registered {
-        return fingerprints;
+        return Injected::default();
     }
     let report = |reason: String| {
         recorder.event(
@@ -1125,6 +1219,13 @@ fn inject_secrets(
                 }
             }
         }
+        Err(err) if needs_secrets => {
+            // Asking again for each secret would only wait again.
+            return Injected {
+                fingerprints,
+                keyring_unreadable: Some(format!("the OS keyring cannot be read: {err}")),
+            };
+        }
         Err(err) => report(format!(
             "keyring unavailable; starting without secrets: {err}"
         )),
@@ -1143,7 +1244,11 @@ fn inject_secrets(
                     env.push((name.clone(), secret.expose().clone()));
                 }
                 Ok(None) => report(format!("no vault secret {secret_name} for {name}")),
-                Err(err) => report(format!("secret {secret_name} unavailable: {err}")),
+                Err(err) => {
+                    report(format!("secret {secret_name} unavailable: {err}"));
+                    keyring_unreadable
+                        .get_or_insert_with(|| format!("the OS keyring cannot be read: {err}"));
+                }
             }
         }
     }
@@ -1166,7 +1271,10 @@ fn inject_secrets(
             Err(err) => report(format!("argument placeholders not expanded: {err}")),
         }
     }
-    fingerprints
+    Injected {
+        fingerprints,
+        keyring_unreadable,
+    }
 }
 
 /// Backups exist only after `gatehouse protect` rewrote a config.
@@ -1174,82 +1282,6 @@ fn protected_configs_exist(home_dir: &Path) -> bool {
     std::fs::read_dir(home_dir.join("backups"))
         .map(|mut d| d.next().is_some())
         .unwrap_or(false)
-}
-
-/// Launch pinning: change detection only (DESIGN §6).
-async fn check_launch(
-    store: &Store,
-    server_id: &str,
-    exe: &Path,
-    argv: &[String],
-    recorder: &Recorder,
-) {
-    let facts = launch_facts(argv);
-    let exe_hash = tokio::task::spawn_blocking({
-        let exe = exe.to_path_buf();
-        move || hash_file(&exe)
-    })
-    .await
-    .ok()
-    .flatten();
-    let script_hash = facts.script.as_ref().and_then(|s| hash_file(Path::new(s)));
-    if facts.unversioned {
-        recorder.event(
-            EngineEvent::new(
-                "mcp_server_unpinned_package",
-                gatehouse_engine::Severity::Low,
-                gatehouse_engine::Action::Alert,
-                "launch.unversioned",
-            )
-            .reason(format!(
-                "package {:?} names no version: whatever is latest will run",
-                facts.package.clone().unwrap_or_default()
-            )),
-        );
-    }
-    let launch = LaunchPin {
-        exe_path: exe.to_str().map(str::to_string),
-        exe_hash,
-        script_hash,
-        package_spec: facts.package,
-    };
-    match store
-        .record_launch(server_id, &launch, now_ms() as i64)
-        .await
-    {
-        Ok(Some(previous)) if previous != launch => recorder.event(
-            EngineEvent::new(
-                "mcp_server_binary_mismatch",
-                gatehouse_engine::Severity::High,
-                gatehouse_engine::Action::Alert,
-                "launch.changed",
-            )
-            .reason("the server's executable, script or package changed since the last launch")
-            .evidence(serde_json::json!({
-                "exe_path": [previous.exe_path, launch.exe_path],
-                "exe_hash": [previous.exe_hash, launch.exe_hash],
-                "script_hash": [previous.script_hash, launch.script_hash],
-                "package": [previous.package_spec, launch.package_spec],
-            })),
-        ),
-        Ok(_) => {}
-        Err(err) => debug!(%err, "launch pin not recorded"),
-    }
-}
-
-fn hash_file(path: &Path) -> Option<String> {
-    use std::io::Read;
-    let mut file = std::fs::File::open(path).ok()?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    loop {
-        let n = file.read(&mut buf).ok()?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Some(format!("sha256:{}", hex::encode(hasher.finalize())))
 }
 
 /// SIGTERM, SIGINT and SIGHUP end wrap (and its server) cleanly.

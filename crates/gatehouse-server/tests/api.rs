@@ -419,6 +419,7 @@ async fn every_data_endpoint_requires_a_session() {
         (Method::POST, "/api/pins/approve"),
         (Method::POST, "/api/pins/reject"),
         (Method::POST, "/api/pins/reset"),
+        (Method::POST, "/api/pins/approve-launch"),
         (Method::GET, "/api/consent"),
         (Method::POST, "/api/consent/1/answer"),
         (Method::GET, "/api/vault"),
@@ -694,6 +695,55 @@ async fn approve_exactly_the_hash_shown() {
         "the changed-tool consent is settled by the approval"
     );
     let ev = h.get("/api/events?type=tool_approved", &t).await.body;
+    assert_eq!(
+        ev["items"].as_array().unwrap().len(),
+        1,
+        "the approval is an event"
+    );
+}
+
+#[tokio::test]
+async fn approve_exactly_the_launch_waiting() {
+    let (h, t) = seeded().await;
+    let key = common::mac_key();
+    let approve = |fingerprint: Option<&str>| {
+        let body = match fingerprint {
+            Some(f) => json!({ "server": "srv-files", "fingerprint": f }),
+            None => json!({ "server": "srv-files" }),
+        };
+        let (h, t) = (&h, &t);
+        async move { h.post("/api/pins/approve-launch", t, body).await }
+    };
+    expect_error(
+        &approve(Some("sha256:a")).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    // First sight approves a; the changed launch b waits.
+    for fp in ["sha256:a", "sha256:b"] {
+        h.store
+            .check_launch_approval(&key, "srv-files", fp, "{}", None, 1)
+            .await
+            .unwrap();
+    }
+    expect_error(&approve(None).await, StatusCode::BAD_REQUEST, "bad_request");
+    expect_error(
+        &approve(Some("sha256:a")).await,
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    );
+    let ok = approve(Some("sha256:b")).await;
+    assert_eq!(ok.status, StatusCode::OK, "{:?}", ok.body);
+    assert_eq!(ok.body["approved"], "sha256:b");
+    let row = h
+        .store
+        .launch_approval(&key, "srv-files")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.approved.as_deref(), Some("sha256:b"));
+    assert!(row.mac_valid, "the approval carries a valid MAC");
+    let ev = h.get("/api/events?type=launch_approved", &t).await.body;
     assert_eq!(
         ev["items"].as_array().unwrap().len(),
         1,

@@ -43,6 +43,7 @@ mod error;
 mod events;
 mod fingerprints;
 pub mod home;
+mod launch_approvals;
 mod mac;
 mod maintenance;
 mod members;
@@ -71,8 +72,9 @@ pub use events::{
     event_types, Action, Event, EventFilter, NewEvent, PruneReport, RetentionPolicy, Severity,
 };
 pub use fingerprints::StoredFingerprint;
+pub use launch_approvals::{LaunchApproval, LaunchCheck};
 pub use mac::MacKey;
-pub use maintenance::{MaintenancePolicy, MaintenanceReport};
+pub use maintenance::{MaintenancePolicy, MaintenanceReport, MAINTENANCE_LAST_RUN_KEY};
 pub use members::{LocalCall, SessionMember};
 pub use modes::{ModeRecord, ServerMode};
 pub use pause::{Pause, PauseRecord};

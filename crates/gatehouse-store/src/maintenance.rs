@@ -52,7 +52,45 @@ pub struct MaintenanceReport {
 /// wrap process ends; rows this old belong to processes that died.
 const SESSION_TOOLS_MAX_AGE_MS: i64 = 7 * 24 * 60 * MINUTE_MS;
 
+/// The `meta` row that records when maintenance last ran (ms since the
+/// epoch), so every process of one database shares one throttle.
+pub const MAINTENANCE_LAST_RUN_KEY: &str = "maintenance.last_run_ms";
+
 impl Store {
+    /// Runs [`Store::run_maintenance`] unless any process of this database
+    /// ran it less than `every_ms` ago. The claim is one statement on the
+    /// `meta` row, so two processes starting together cannot both run it.
+    /// `None` when it was not due.
+    pub async fn run_maintenance_if_due(
+        &self,
+        now_ms: i64,
+        every_ms: i64,
+        policy: &MaintenancePolicy,
+    ) -> Result<Option<MaintenanceReport>> {
+        let claimed = {
+            let _gate = self.write_gate().await;
+            sqlx::query(
+                "INSERT INTO meta (key, value) VALUES (?, ?) \
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value \
+                 WHERE CAST(meta.value AS INTEGER) <= ? \
+                    OR CAST(meta.value AS INTEGER) > ?",
+            )
+            .bind(MAINTENANCE_LAST_RUN_KEY)
+            .bind(now_ms.to_string())
+            .bind(now_ms.saturating_sub(every_ms))
+            // A run recorded in the future (clock set back) never blocks.
+            .bind(now_ms)
+            .execute(self.pool())
+            .await?
+            .rows_affected()
+                > 0
+        };
+        if !claimed {
+            return Ok(None);
+        }
+        self.run_maintenance(now_ms, policy).await.map(Some)
+    }
+
     /// Expires and prunes every table per `policy`.
     pub async fn run_maintenance(
         &self,
@@ -78,5 +116,89 @@ impl Store {
                 .await?,
             events: self.prune_events(now_ms, &policy.events).await?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{EventFilter, NewEvent};
+    use crate::test_support::mem;
+    use crate::{Action, Severity};
+
+    const HOUR_MS: i64 = 60 * MINUTE_MS;
+
+    fn event(time_ms: i64) -> NewEvent {
+        NewEvent {
+            time_ms,
+            event_type: "frame_dropped".into(),
+            server_id: Some("s".into()),
+            tool: None,
+            action: Action::Block,
+            rule: Some(format!("r{time_ms}")),
+            severity: Severity::High,
+            reason: String::new(),
+            evidence_json: None,
+            session: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn maintenance_runs_at_most_once_per_period_and_applies_the_given_retention() {
+        let store = mem().await;
+        let now = 100 * DAY_MS;
+        for age_days in [1, 5, 9, 40] {
+            store
+                .insert_event(&event(now - age_days * DAY_MS))
+                .await
+                .unwrap();
+        }
+        let policy = MaintenancePolicy {
+            events: RetentionPolicy {
+                max_age_ms: 7 * DAY_MS,
+                ..RetentionPolicy::default()
+            },
+            ..MaintenancePolicy::default()
+        };
+        let report = store
+            .run_maintenance_if_due(now, HOUR_MS, &policy)
+            .await
+            .unwrap()
+            .expect("the first run is due");
+        assert_eq!(report.events.expired, 2, "events older than 7 days go");
+        let left = store.query_events(&EventFilter::default()).await.unwrap();
+        assert_eq!(left.len(), 2, "the 1- and 5-day-old events stay");
+
+        store.insert_event(&event(now - 30 * DAY_MS)).await.unwrap();
+        assert_eq!(
+            store
+                .run_maintenance_if_due(now + HOUR_MS - 1, HOUR_MS, &policy)
+                .await
+                .unwrap(),
+            None,
+            "not due again within the hour"
+        );
+        assert!(
+            store
+                .run_maintenance_if_due(now + HOUR_MS, HOUR_MS, &policy)
+                .await
+                .unwrap()
+                .is_some(),
+            "due after an hour"
+        );
+        assert_eq!(
+            store
+                .query_events(&EventFilter::default())
+                .await
+                .unwrap()
+                .len(),
+            2
+        );
+        // A run recorded in the future (the clock went back) does not block.
+        assert!(store
+            .run_maintenance_if_due(now - DAY_MS, HOUR_MS, &policy)
+            .await
+            .unwrap()
+            .is_some());
     }
 }

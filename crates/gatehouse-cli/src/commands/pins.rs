@@ -1,4 +1,4 @@
-//! `gatehouse pins list | trust | diff | reset`.
+//! `gatehouse pins list | trust | diff | reset | trust-launch`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +38,17 @@ pub enum PinsCommand {
         #[arg(long)]
         home: Option<PathBuf>,
     },
+    /// Approve a server's changed launch (executable, script or package)
+    /// held under `pinning.on_launch_change = "hold"`: exactly
+    /// --fingerprint, or the one waiting. Takes effect at its next start.
+    TrustLaunch {
+        #[arg(long)]
+        server: String,
+        #[arg(long)]
+        fingerprint: Option<String>,
+        #[arg(long)]
+        home: Option<PathBuf>,
+    },
     /// Forget a pin: the next sight pins again.
     Reset {
         #[arg(long)]
@@ -61,6 +72,11 @@ pub fn run(cmd: PinsCommand) -> anyhow::Result<ExitCode> {
             home,
         } => trust(&server, &tool, hash, home),
         PinsCommand::Diff { server, tool, home } => diff(&server, &tool, home),
+        PinsCommand::TrustLaunch {
+            server,
+            fingerprint,
+            home,
+        } => trust_launch(&server, fingerprint.as_deref(), home),
         PinsCommand::Reset { server, tool, home } => {
             let home = home_dir(home.as_deref());
             let removed = runtime()?.block_on(async {
@@ -99,6 +115,31 @@ fn trust(
             .await
             .with_context(|| format!("approving {hash} for {tool:?} (only a hash Gatehouse has seen can be approved)"))?;
         outln!("Approved {tool} on {server} at {hash}. Running sessions are told to re-list.");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn trust_launch(
+    server: &str,
+    fingerprint: Option<&str>,
+    home: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let home = home_dir(home.as_deref());
+    let key = mac_key(&home)?;
+    runtime()?.block_on(async {
+        let store = open(&home).await?;
+        let waiting = store
+            .launch_approval(&key, server)
+            .await?
+            .and_then(|a| a.pending_json.zip(a.pending));
+        let Some((what, pending)) = waiting else {
+            anyhow::bail!("no changed launch waits for approval for server {server:?}");
+        };
+        let approved = store
+            .approve_launch(&key, server, fingerprint, gatehouse_store::now_ms())
+            .await
+            .with_context(|| format!("approving the launch {pending} of {server:?}"))?;
+        outln!("Approved the launch of {server} at {approved}: {what}. It gets its secrets and tools at its next start.");
         Ok(ExitCode::SUCCESS)
     })
 }

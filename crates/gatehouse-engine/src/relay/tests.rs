@@ -2,7 +2,7 @@ use gatehouse_protocol::parse_frame;
 use serde_json::json;
 
 use super::*;
-use crate::settings::{CallPolicy, OnChange};
+use crate::settings::{CallPolicy, OnChange, SamplingContext};
 
 /// Flags any string containing "IGNORE PREVIOUS" as high.
 struct FakeInspector;
@@ -653,5 +653,236 @@ fn initialize_declares_list_changed_when_missing() {
     assert!(
         v["result"].get("instructions").is_none(),
         "poisoned instructions are withheld"
+    );
+}
+
+fn roots_request(id: i64) -> gatehouse_protocol::Frame {
+    line(json!({"jsonrpc":"2.0","id":id,"method":"roots/list"}))
+}
+
+fn sampling_request(id: i64, context: Option<&str>) -> gatehouse_protocol::Frame {
+    let mut params =
+        json!({"messages":[{"role":"user","content":{"type":"text","text":"hi"}}],"maxTokens":5});
+    if let Some(c) = context {
+        params["includeContext"] = json!(c);
+    }
+    line(json!({"jsonrpc":"2.0","id":id,"method":"sampling/createMessage","params":params}))
+}
+
+fn elicitation_request(id: i64) -> gatehouse_protocol::Frame {
+    line(
+        json!({"jsonrpc":"2.0","id":id,"method":"elicitation/create","params":{"message":"city?","requestedSchema":{"type":"object","properties":{"city":{"type":"string"}}}}}),
+    )
+}
+
+/// (kind, rule, action) of each event.
+type EventKeys = Vec<(String, String, String)>;
+
+/// One server→client request through a relay with `settings`: what the
+/// client got, what the server was answered, the events.
+fn server_request(
+    settings: Settings,
+    frame: gatehouse_protocol::Frame,
+) -> (Vec<Value>, Vec<Value>, EventKeys) {
+    let mut r = relay(settings, PinTable::default());
+    r.on_client_frame(init_with(json!({"elicitation": {}})), 0);
+    let out = r.on_server_frame(frame, 0);
+    let evs = events(&out)
+        .iter()
+        .map(|e| {
+            (
+                e.kind.to_string(),
+                e.rule.clone(),
+                e.action.as_str().to_string(),
+            )
+        })
+        .collect();
+    (to_client(&out), to_server(&out), evs)
+}
+
+#[test]
+fn roots_list_is_forwarded_unless_restricted_or_declined_by_policy() {
+    let (client, server, evs) = server_request(Settings::default(), roots_request(7));
+    assert_eq!(client.len(), 1, "allowed roots/list reaches the client");
+    assert!(server.is_empty() && evs.is_empty());
+
+    for (settings, rule) in [
+        (
+            Settings {
+                roots_allowed: false,
+                ..Settings::default()
+            },
+            "requests.roots",
+        ),
+        (
+            Settings {
+                restricted: true,
+                ..Settings::default()
+            },
+            "restricted.roots",
+        ),
+    ] {
+        let (client, server, evs) = server_request(settings, roots_request(7));
+        assert!(client.is_empty(), "{rule}: never reaches the client");
+        assert_eq!(server[0]["id"], 7, "{rule}: the server is answered");
+        assert!(
+            server[0]["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("roots/list")),
+            "{rule}: a JSON-RPC error naming the request: {}",
+            server[0]
+        );
+        assert_eq!(
+            evs,
+            vec![("mcp_roots_declined".into(), rule.into(), "block".into())]
+        );
+    }
+
+    // Audit mode records the would-be decline and forwards.
+    let (client, _, evs) = server_request(
+        Settings {
+            roots_allowed: false,
+            audit_only: true,
+            ..Settings::default()
+        },
+        roots_request(7),
+    );
+    assert_eq!(client.len(), 1);
+    assert_eq!(evs[0].2, "audit");
+}
+
+#[test]
+fn sampling_and_elicitation_are_each_governed_by_their_own_key() {
+    // sampling = "decline", elicitation = "allow": only sampling is declined.
+    let no_sampling = || Settings {
+        sampling_allowed: false,
+        ..Settings::default()
+    };
+    let (client, server, evs) = server_request(no_sampling(), sampling_request(3, None));
+    assert!(client.is_empty());
+    assert_eq!(server[0]["error"]["code"], -1);
+    assert_eq!(evs[0].0, "mcp_sampling_blocked");
+    assert_eq!(evs[0].1, "requests.sampling");
+    let (client, server, _) = server_request(no_sampling(), elicitation_request(4));
+    assert_eq!(client.len(), 1, "elicitation still reaches the client");
+    assert!(server.is_empty());
+
+    // elicitation = "decline", sampling = "allow": only elicitation is declined.
+    let no_elicitation = || Settings {
+        elicitation_allowed: false,
+        ..Settings::default()
+    };
+    let (client, server, evs) = server_request(no_elicitation(), elicitation_request(4));
+    assert!(client.is_empty());
+    assert_eq!(server[0]["result"]["action"], "decline");
+    assert_eq!(evs[0].1, "requests.elicitation");
+    let (client, server, _) = server_request(no_elicitation(), sampling_request(3, None));
+    assert_eq!(client.len(), 1, "sampling still reaches the client");
+    assert!(server.is_empty());
+
+    // elicitation = "route" is untouched: the request goes to the inbox.
+    let mut r = relay(
+        Settings {
+            elicitation_inbox: true,
+            ..Settings::default()
+        },
+        PinTable::default(),
+    );
+    r.on_client_frame(init_with(json!({"elicitation": {}})), 0);
+    let out = r.on_server_frame(elicitation_request(5), 0);
+    assert!(out.iter().any(|o| matches!(o, Output::Inbox(_))));
+}
+
+#[test]
+fn sampling_include_context_all_servers_is_allowed_stripped_or_declined() {
+    let with = |ctx| Settings {
+        sampling_context: ctx,
+        ..Settings::default()
+    };
+    // thisServer and none are the server's own context: always forwarded.
+    for c in [None, Some("none"), Some("thisServer")] {
+        for ctx in [
+            SamplingContext::Allow,
+            SamplingContext::Strip,
+            SamplingContext::Decline,
+        ] {
+            let (client, server, evs) = server_request(with(ctx), sampling_request(1, c));
+            assert_eq!(client[0]["params"]["includeContext"], json!(c));
+            assert!(server.is_empty() && evs.is_empty(), "{c:?} {ctx:?}");
+        }
+    }
+
+    let rule = "requests.sampling_include_context";
+    let (client, _, evs) = server_request(
+        with(SamplingContext::Allow),
+        sampling_request(1, Some("allServers")),
+    );
+    assert_eq!(client[0]["params"]["includeContext"], "allServers");
+    assert_eq!(
+        evs,
+        vec![("mcp_sampling_context".into(), rule.into(), "allow".into())]
+    );
+
+    let (client, _, evs) = server_request(
+        with(SamplingContext::Strip),
+        sampling_request(1, Some("allServers")),
+    );
+    assert_eq!(client[0]["params"]["includeContext"], "thisServer");
+    assert_eq!(client[0]["params"]["maxTokens"], 5, "nothing else changes");
+    assert_eq!(
+        evs,
+        vec![("mcp_sampling_context".into(), rule.into(), "alert".into())]
+    );
+
+    let (client, server, evs) = server_request(
+        with(SamplingContext::Decline),
+        sampling_request(1, Some("allServers")),
+    );
+    assert!(client.is_empty());
+    assert_eq!(server[0]["id"], 1);
+    assert!(server[0]["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains(rule)));
+    assert_eq!(
+        evs,
+        vec![("mcp_sampling_blocked".into(), rule.into(), "block".into())]
+    );
+}
+
+#[test]
+fn a_held_launch_withholds_every_tool_and_blocks_calls_naming_the_approval() {
+    let echo = tool("echo", "Echoes.");
+    let reason = "the launch changed; approve it with `gatehouse pins trust-launch --server srv`";
+    let settings = Settings {
+        launch_held: Some(reason.into()),
+        trust_first_sight: false,
+        ..Settings::default()
+    };
+    // Even a tool pinned at exactly this definition is withheld.
+    let mut r = relay(settings, pinned(&[("echo", &echo)]));
+    r.on_client_frame(
+        line(json!({"jsonrpc":"2.0","id":1,"method":"tools/list"})),
+        0,
+    );
+    let out = r.on_server_frame(line(list_response(1, vec![echo.clone()])), 0);
+    assert_eq!(
+        to_client(&out)[0]["result"]["tools"],
+        json!([]),
+        "no tool of a held launch is listed"
+    );
+    assert!(events(&out)
+        .iter()
+        .any(|e| e.kind == "mcp_tool_hidden" && e.rule == "launch.held"));
+    let out = r.on_client_frame(line(call(2, "echo")), 0);
+    assert!(
+        to_server(&out).is_empty(),
+        "the call never reaches the server"
+    );
+    let answer = &to_client(&out)[0];
+    assert_eq!(answer["result"]["isError"], true);
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("launch.held") && text.contains("gatehouse pins trust-launch --server srv"),
+        "the answer names the rule and the approval command: {text}"
     );
 }

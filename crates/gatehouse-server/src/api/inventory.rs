@@ -347,6 +347,43 @@ pub(crate) async fn approve_hash(
     ))
 }
 
+#[derive(Deserialize)]
+pub(crate) struct LaunchAction {
+    server: String,
+    fingerprint: Option<String>,
+}
+
+/// `POST /api/pins/approve-launch {server, fingerprint}` — approves exactly
+/// the changed launch shown (`pinning.on_launch_change = "hold"`).
+pub(crate) async fn approve_launch(
+    State(state): State<AppState>,
+    who: Authed,
+    Json(b): Json<LaunchAction>,
+) -> ApiResult<Json<Value>> {
+    let fingerprint = b
+        .fingerprint
+        .as_deref()
+        .filter(|f| !f.is_empty())
+        .ok_or_else(|| {
+            ApiError::BadRequest("fingerprint is required: approve exactly the launch shown".into())
+        })?;
+    let approved = state
+        .store
+        .approve_launch(&state.mac_key, &b.server, Some(fingerprint), state.now_ms())
+        .await
+        .map_err(store_err)?;
+    state
+        .record(
+            event_types::LAUNCH_APPROVED,
+            Some(&b.server),
+            None,
+            &format!("approved launch {approved}"),
+            &who.session_id,
+        )
+        .await;
+    Ok(Json(json!({ "server": b.server, "approved": approved })))
+}
+
 /// `POST /api/pins/reject {server, tool}`
 pub(crate) async fn reject(
     State(state): State<AppState>,

@@ -32,6 +32,8 @@ pub mod event_types {
     pub const TOOL_REJECTED: &str = "tool_rejected";
     /// A person reset a pin.
     pub const PIN_RESET: &str = "pin_reset";
+    /// A person approved a changed server launch.
+    pub const LAUNCH_APPROVED: &str = "launch_approved";
     /// A person answered an input request or shadowing tie.
     pub const CONSENT_ANSWERED: &str = "consent_answered";
     /// A person (or the sensitive-field rule) declined a request.
@@ -99,6 +101,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/api/pins/approve", post(inventory::approve))
         .route("/api/pins/reject", post(inventory::reject))
         .route("/api/pins/reset", post(inventory::reset))
+        .route("/api/pins/approve-launch", post(inventory::approve_launch))
         .route("/api/consent", get(consent::list))
         .route("/api/consent/{id}/answer", post(consent::answer))
         .route("/api/vault", get(vault::list))
