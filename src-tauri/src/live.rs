@@ -455,15 +455,20 @@ impl StoreSource {
                 ConsentKind::ChangedTool | ConsentKind::ShadowTie => NoticeKind::ToolChanged,
                 ConsentKind::QuarantinedTool => NoticeKind::ToolQuarantined,
                 ConsentKind::Elicitation => NoticeKind::InputRequest,
+                ConsentKind::HeldLaunch | ConsentKind::HeldPackage => NoticeKind::ServerHeld,
             };
             notices.push(Notice {
                 kind,
                 server: self.server_name(Some(&c.server_id)).await,
-                detail: c
-                    .tool
-                    .as_deref()
-                    .map(|t| format!("tool {t}"))
-                    .unwrap_or_default(),
+                detail: match c.kind {
+                    ConsentKind::HeldLaunch => "its launch changed".to_string(),
+                    ConsentKind::HeldPackage => "its package looks like a typosquat".to_string(),
+                    _ => c
+                        .tool
+                        .as_deref()
+                        .map(|t| format!("tool {t}"))
+                        .unwrap_or_default(),
+                },
                 // the consent inbox (one page, no per-request route)
                 route: kind.list_route().to_string(),
             });

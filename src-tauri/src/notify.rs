@@ -24,6 +24,9 @@ pub enum NoticeKind {
     ToolQuarantined,
     /// A server asks the person for input (elicitation).
     InputRequest,
+    /// A server is held before it starts: its launch changed, or its
+    /// package looks like a typosquat.
+    ServerHeld,
 }
 
 impl NoticeKind {
@@ -33,9 +36,10 @@ impl NoticeKind {
     pub fn list_route(self) -> &'static str {
         match self {
             NoticeKind::Block => "/events?severity=high&action=block",
-            NoticeKind::ToolChanged | NoticeKind::ToolQuarantined | NoticeKind::InputRequest => {
-                "/consent"
-            }
+            NoticeKind::ToolChanged
+            | NoticeKind::ToolQuarantined
+            | NoticeKind::InputRequest
+            | NoticeKind::ServerHeld => "/consent",
         }
     }
 }
@@ -160,6 +164,7 @@ pub fn render(notice: &Notice, more: usize) -> Rendered {
         NoticeKind::ToolChanged => format!("{server} changed a tool — review needed"),
         NoticeKind::ToolQuarantined => format!("{server}: tool quarantined"),
         NoticeKind::InputRequest => format!("{server} is asking for input"),
+        NoticeKind::ServerHeld => format!("Gatehouse held {server} — approval needed"),
     };
     let mut body = detail;
     if more > 0 {
@@ -332,6 +337,10 @@ mod tests {
             ),
             (NoticeKind::ToolQuarantined, "github: tool quarantined"),
             (NoticeKind::InputRequest, "github is asking for input"),
+            (
+                NoticeKind::ServerHeld,
+                "Gatehouse held github — approval needed",
+            ),
         ];
         for (kind, summary) in cases {
             let r = render(&notice(kind, "git\u{202E}hub", "x"), 0);

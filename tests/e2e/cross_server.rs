@@ -588,10 +588,26 @@ fn a_burst_is_cooled_down_with_the_remaining_time() {
 }
 
 #[test]
-fn a_typosquatted_package_is_held_before_it_runs() {
+fn a_typosquatted_package_is_held_before_it_runs_until_approved() {
     let sb = Sandbox::new();
+    // An `npx` that runs a local stdlib server, so the approved start needs
+    // no registry: Gatehouse judges the package named on the command line.
+    let bin = sb.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let npx = bin.join("npx");
+    std::fs::write(
+        &npx,
+        format!(
+            "#!/bin/sh\nexec python3 {}\n",
+            gatehouse_e2e::tests_dir()
+                .join("servers/raw_server.py")
+                .display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&npx, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let argv: Vec<String> = [
-        "npx",
+        npx.to_str().unwrap(),
         "-y",
         "@modelcontextprotocol/server-filesystam",
         "/tmp",
@@ -599,8 +615,8 @@ fn a_typosquatted_package_is_held_before_it_runs() {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let mut ide = ide(&sb, "ide", &[("files", argv, &[])]);
-    let init = ide.wire("files").start();
+    let mut first = ide(&sb, "ide", &[("files", argv.clone(), &[])]);
+    let init = first.wire("files").start();
     let message = init["error"]["message"]
         .as_str()
         .unwrap_or_default()
@@ -609,13 +625,34 @@ fn a_typosquatted_package_is_held_before_it_runs() {
         message.contains("cross_server.typosquat.package") || message.contains("filesystem"),
         "initialize is refused naming the rule: {init}"
     );
-    drop(ide);
+    drop(first);
     let similar = events_of(&sb, "mcp_server_name_similarity");
     assert!(
         similar
             .iter()
             .any(|e| e["severity"] == "high" && e["action"] == "hold"),
         "{similar:?}"
+    );
+
+    // The hold waits in the inbox; a person approves exactly that package.
+    let out = sb.gatehouse(&["pins", "trust-package", "--server", "files"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("@modelcontextprotocol/server-filesystam"),
+        "approves the held package: {out:?}"
+    );
+    let mut second = ide(&sb, "ide2", &[("files", argv, &[])]);
+    let init = second.wire("files").start();
+    assert!(
+        init["result"]["serverInfo"].is_object(),
+        "the approved package starts: {init}"
+    );
+    drop(second);
+    let again = sb.gatehouse(&["pins", "trust-package", "--server", "files"]);
+    assert_eq!(
+        again.status.code(),
+        Some(2),
+        "nothing is held any more: {again:?}"
     );
 }
 

@@ -576,6 +576,7 @@ fn judge_local(
 /// with the rule) — returns `(rule, reason)` then.
 pub async fn startup_checks(
     store: Option<&Store>,
+    key: &gatehouse_store::MacKey,
     policy: &Policy,
     server_id: &str,
     argv: &[String],
@@ -626,11 +627,41 @@ pub async fn startup_checks(
         .collect();
     let (similar, score) =
         typosquat::similar_package(&package, &configured, &[], ty.package_threshold)?;
+    if let Some(store) = store {
+        // A person approved exactly this package for this server.
+        if store
+            .package_approved(key, server_id, &package)
+            .await
+            .unwrap_or(false)
+        {
+            return None;
+        }
+    }
     let reason = format!(
         "the launched package {:?} is similar to {similar:?} (similarity {score:.2}); \
-         held: not started until a person approves it",
+         held: not started until a person approves it in the dashboard's inbox or with \
+         `gatehouse pins trust-package --server {server_id}`",
         typosquat::package_name(&package)
     );
+    if let Some(store) = store {
+        let payload = serde_json::json!({
+            "package": package,
+            "similar_to": similar,
+            "similarity": score,
+        });
+        let ask = gatehouse_store::NewConsent {
+            kind: gatehouse_store::ConsentKind::HeldPackage,
+            server_id: server_id.to_string(),
+            tool: None,
+            payload_json: payload.to_string(),
+            created_ms: crate::wrap::now_ms() as i64,
+            expires_ms: None,
+            requester_key: None,
+        };
+        if let Err(err) = store.ask_once(&ask).await {
+            tracing::warn!(%err, "could not ask about the held package");
+        }
+    }
     events.push(
         EngineEvent::new(
             "mcp_server_name_similarity",

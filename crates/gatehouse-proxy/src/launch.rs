@@ -5,7 +5,8 @@
 //! `mcp_server_binary_mismatch` event. Under `on_launch_change = "hold"` a
 //! changed launch also waits for approval (`launch_approvals`, MAC'd): it
 //! runs without its secrets and with every tool withheld until
-//! `gatehouse pins trust-launch --server ID` approves it; the approval takes
+//! `gatehouse pins trust-launch --server ID` (or its `held_launch` request in
+//! the dashboard's inbox) approves it; the approval takes
 //! effect at the server's next start.
 //!
 //! This is distinct from identity (`check_identity`): a different *command*
@@ -32,7 +33,8 @@ use crate::wrap::{now_ms, Recorder};
 pub fn held_reason(server_id: &str) -> String {
     format!(
         "the server's launch (executable, script or package) changed since it was approved; \
-         it runs without its secrets and its tools are held until a person approves it with \
+         it runs without its secrets and its tools are held until a person approves it in the \
+         dashboard's inbox or with \
          `gatehouse pins trust-launch --server {server_id}` (then restart it)"
     )
 }
@@ -76,6 +78,25 @@ pub(crate) async fn check(
     }
     let (pin, unversioned) = launch_pin(store, server_id, exe, argv).await;
     let held = judge(store, key, server_id, &pin, recorded_fingerprint(recorded)).await;
+    if held {
+        // The dashboard's inbox shows it; answering approves this fingerprint.
+        let ask = gatehouse_store::NewConsent {
+            kind: gatehouse_store::ConsentKind::HeldLaunch,
+            server_id: server_id.to_string(),
+            tool: None,
+            payload_json: serde_json::json!({
+                "fingerprint": pin.fingerprint(),
+                "launch": pin_json(&pin),
+            })
+            .to_string(),
+            created_ms: now_ms() as i64,
+            expires_ms: None,
+            requester_key: None,
+        };
+        if let Err(err) = store.ask_once(&ask).await {
+            eprintln!("gatehouse: could not ask about the held launch: {err}");
+        }
+    }
     {
         let (store, server_id, recorder) = (store.clone(), server_id.to_string(), recorder.clone());
         tokio::spawn(async move {
@@ -97,6 +118,16 @@ pub(crate) async fn check(
     None
 }
 
+/// What a launch is, as shown to the person approving it (no secrets).
+fn pin_json(pin: &LaunchPin) -> serde_json::Value {
+    serde_json::json!({
+        "exe_path": pin.exe_path,
+        "exe_hash": pin.exe_hash,
+        "script_hash": pin.script_hash,
+        "package": pin.package_spec,
+    })
+}
+
 fn recorded_fingerprint(recorded: Option<&LaunchPin>) -> Option<String> {
     recorded.map(LaunchPin::fingerprint)
 }
@@ -110,13 +141,7 @@ async fn judge(
     pin: &LaunchPin,
     baseline: Option<String>,
 ) -> bool {
-    let json = serde_json::json!({
-        "exe_path": pin.exe_path,
-        "exe_hash": pin.exe_hash,
-        "script_hash": pin.script_hash,
-        "package": pin.package_spec,
-    })
-    .to_string();
+    let json = pin_json(pin).to_string();
     match store
         .check_launch_approval(
             key,

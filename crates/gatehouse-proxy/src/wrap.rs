@@ -313,6 +313,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let mut held = Vec::new(); // issue 5: typosquatting (cross.rs)
     let typosquat = crate::cross::startup_checks(
         store.as_ref(),
+        &mac_key,
         &policy,
         &opts.server_id,
         &opts.argv,

@@ -13,6 +13,11 @@ pub enum ConsentKind {
     QuarantinedTool,
     ShadowTie,
     Elicitation,
+    /// A changed launch (`pinning.on_launch_change = "hold"`); payload
+    /// `{fingerprint, launch}`.
+    HeldLaunch,
+    /// A package held as a likely typosquat; payload `{package, similar_to, similarity}`.
+    HeldPackage,
 }
 
 impl ConsentKind {
@@ -23,6 +28,8 @@ impl ConsentKind {
             ConsentKind::QuarantinedTool => "quarantined_tool",
             ConsentKind::ShadowTie => "shadow_tie",
             ConsentKind::Elicitation => "elicitation",
+            ConsentKind::HeldLaunch => "held_launch",
+            ConsentKind::HeldPackage => "held_package",
         }
     }
 
@@ -32,6 +39,8 @@ impl ConsentKind {
             "quarantined_tool" => Some(ConsentKind::QuarantinedTool),
             "shadow_tie" => Some(ConsentKind::ShadowTie),
             "elicitation" => Some(ConsentKind::Elicitation),
+            "held_launch" => Some(ConsentKind::HeldLaunch),
+            "held_package" => Some(ConsentKind::HeldPackage),
             _ => None,
         }
     }
@@ -173,6 +182,44 @@ impl Store {
         .fetch_one(self.pool())
         .await?;
         Ok(id)
+    }
+
+    /// Creates a pending request unless one of the same kind, server and
+    /// payload is already pending (a held server asks once, not at every
+    /// start); returns the pending request's id either way.
+    pub async fn ask_once(&self, request: &NewConsent) -> Result<i64> {
+        let existing: Option<i64> = sqlx::query_scalar(
+            "SELECT id FROM consent_requests WHERE state = 'pending' AND kind = ?              AND server_id = ? AND payload = ? ORDER BY id LIMIT 1",
+        )
+        .bind(request.kind.as_str())
+        .bind(&request.server_id)
+        .bind(&request.payload_json)
+        .fetch_optional(self.pool())
+        .await?;
+        match existing {
+            Some(id) => Ok(id),
+            None => self.create_consent(request).await,
+        }
+    }
+
+    /// Marks the pending requests of `kind` for `server_id` answered (the
+    /// thing they asked about was approved elsewhere, e.g. the CLI);
+    /// returns how many.
+    pub async fn settle_consents(
+        &self,
+        kind: ConsentKind,
+        server_id: &str,
+        now_ms: i64,
+    ) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE consent_requests SET state = 'answered', answered_ms = ?              WHERE state = 'pending' AND kind = ? AND server_id = ?",
+        )
+        .bind(now_ms)
+        .bind(kind.as_str())
+        .bind(server_id)
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected())
     }
 
     /// One request.
@@ -424,5 +471,40 @@ mod tests {
             store.create_consent(&bad).await,
             Err(StoreError::Invalid(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_held_server_asks_once_and_settles() {
+        let store = mem().await;
+        let held = |payload: &str| NewConsent {
+            kind: ConsentKind::HeldPackage,
+            server_id: "srv".into(),
+            tool: None,
+            payload_json: payload.into(),
+            created_ms: 1,
+            expires_ms: None,
+            requester_key: None,
+        };
+        let a = store.ask_once(&held(r#"{"package":"p"}"#)).await.unwrap();
+        let again = store.ask_once(&held(r#"{"package":"p"}"#)).await.unwrap();
+        assert_eq!(a, again, "the next start does not ask again");
+        let other = store.ask_once(&held(r#"{"package":"q"}"#)).await.unwrap();
+        assert_ne!(a, other, "another package is another question");
+        assert_eq!(
+            store.get_consent(a).await.unwrap().unwrap().kind,
+            ConsentKind::HeldPackage
+        );
+        assert_eq!(
+            store
+                .settle_consents(ConsentKind::HeldPackage, "srv", 5)
+                .await
+                .unwrap(),
+            2
+        );
+        assert!(store
+            .list_consents(Some(ConsentState::Pending), 10)
+            .await
+            .unwrap()
+            .is_empty());
     }
 }

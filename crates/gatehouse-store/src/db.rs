@@ -24,7 +24,7 @@ pub const LOCK_FILE: &str = "migrate.lock";
 static MIGRATOR: Migrator = sqlx::migrate!();
 
 /// The newest schema version this binary knows (the highest migration).
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// How a [`Store`] connects. `Default` is the hot-path profile of
 /// `gatehouse wrap`.

@@ -13,7 +13,7 @@
 //! every row read back is parsed as untrusted input (a bad row is an error or
 //! a failed MAC, never a panic and never trust).
 //!
-//! # Schema (migrations `0001`–`0003`; all tables `STRICT`)
+//! # Schema (migrations `0001`–`0006`; all tables `STRICT`)
 //! | table | key | what it holds |
 //! |---|---|---|
 //! | `meta` | `key` | key/value: last good policy, install id, the global pause (deadline + MAC, [`PauseRecord`]), … |
@@ -27,6 +27,7 @@
 //! | `call_window` | rowid | session, server, tool, category, time, outcome, opaque detail and result blobs; indexed (session, time) |
 //! | `rate_buckets` | (`session`, `server_id`) | tokens, updated, cool-down end |
 //! | `session_tools` (0002) | (`session`, `name`, `server_id`) | tool names each server of a session exposes |
+//! | `package_approvals` (0006) | (`server_id`, `package`) | packages a person approved although they look like a typosquat, MAC'd |
 //! | `secret_fingerprints` (0003) | (`server_id`, `name`) | keyed fingerprints of vault secrets for the egress guard, never values |
 //!
 //! # Concurrency
@@ -49,6 +50,7 @@ mod maintenance;
 mod members;
 mod meta;
 mod modes;
+mod package_approvals;
 mod pause;
 mod pins;
 #[cfg(test)]

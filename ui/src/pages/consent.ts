@@ -10,7 +10,22 @@ const KIND_LABEL: Record<string, string> = {
   quarantined_tool: "Quarantined tool",
   shadow_tie: "Tool name shadowing",
   elicitation: "Input request",
+  held_launch: "Changed server launch",
+  held_package: "Package that looks like a typosquat",
 };
+
+/** What approving a held server means, in one sentence. */
+function heldExplanation(c: ConsentRow, p: Record<string, unknown>): string | null {
+  if (c.kind === "held_package") {
+    return `It launches the package ${String(p.package ?? "?")}, whose name is close to ${String(p.similar_to ?? "?")}. ` +
+      "It has not been started. Allow runs exactly this package for this server from its next start.";
+  }
+  if (c.kind === "held_launch") {
+    return "What this server runs (executable, script or package) changed since it was approved. " +
+      "It runs without its secrets and with its tools held. Allow approves exactly this launch; it takes effect at the server's next start.";
+  }
+  return null;
+}
 
 interface SchemaProp {
   type?: string;
@@ -108,6 +123,8 @@ function card(c: ConsentRow, refresh: () => void): HTMLElement {
       article.appendChild(form);
     }
   } else {
+    const why = heldExplanation(c, p);
+    if (why) article.appendChild(h("p", {}, why));
     article.appendChild(h("pre", { class: "evidence" }, renderText(prettyJson(p))));
     article.appendChild(
       h(

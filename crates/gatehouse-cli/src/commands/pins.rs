@@ -1,4 +1,4 @@
-//! `gatehouse pins list | trust | diff | reset | trust-launch`.
+//! `gatehouse pins list | trust | diff | reset | trust-launch | trust-package`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -49,6 +49,15 @@ pub enum PinsCommand {
         #[arg(long)]
         home: Option<PathBuf>,
     },
+    /// Run a package held as a likely typosquat (exactly --package, or the one waiting).
+    TrustPackage {
+        #[arg(long)]
+        server: String,
+        #[arg(long)]
+        package: Option<String>,
+        #[arg(long)]
+        home: Option<PathBuf>,
+    },
     /// Forget a pin: the next sight pins again.
     Reset {
         #[arg(long)]
@@ -77,6 +86,11 @@ pub fn run(cmd: PinsCommand) -> anyhow::Result<ExitCode> {
             fingerprint,
             home,
         } => trust_launch(&server, fingerprint.as_deref(), home),
+        PinsCommand::TrustPackage {
+            server,
+            package,
+            home,
+        } => trust_package(&server, package, home),
         PinsCommand::Reset { server, tool, home } => {
             let home = home_dir(home.as_deref());
             let removed = runtime()?.block_on(async {
@@ -139,7 +153,50 @@ fn trust_launch(
             .approve_launch(&key, server, fingerprint, gatehouse_store::now_ms())
             .await
             .with_context(|| format!("approving the launch {pending} of {server:?}"))?;
+        let now = gatehouse_store::now_ms();
+        store
+            .settle_consents(gatehouse_store::ConsentKind::HeldLaunch, server, now)
+            .await?;
         outln!("Approved the launch of {server} at {approved}: {what}. It gets its secrets and tools at its next start.");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn trust_package(
+    server: &str,
+    package: Option<String>,
+    home: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    use gatehouse_store::{ConsentKind, ConsentState};
+    let home = home_dir(home.as_deref());
+    let key = mac_key(&home)?;
+    runtime()?.block_on(async {
+        let store = open(&home).await?;
+        let waiting: Vec<String> = store
+            .list_consents(Some(ConsentState::Pending), u32::MAX)
+            .await?
+            .into_iter()
+            .filter(|c| c.kind == ConsentKind::HeldPackage && c.server_id == server)
+            .filter_map(|c| {
+                let p: serde_json::Value = serde_json::from_str(&c.payload_json).ok()?;
+                p["package"].as_str().map(str::to_owned)
+            })
+            .collect();
+        let package = match (package, waiting.as_slice()) {
+            (Some(p), _) => p,
+            (None, [only]) => only.clone(),
+            (None, []) => anyhow::bail!("no package of server {server:?} is held"),
+            (None, many) => anyhow::bail!(
+                "several packages of server {server:?} are held ({}); name one with --package",
+                many.join(", ")
+            ),
+        };
+        let now = gatehouse_store::now_ms();
+        store.approve_package(&key, server, &package, now).await?;
+        store
+            .settle_consents(ConsentKind::HeldPackage, server, now)
+            .await?;
+        outln!("Approved package {package} for {server}: it starts at its next launch.");
         Ok(ExitCode::SUCCESS)
     })
 }

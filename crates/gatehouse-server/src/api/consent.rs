@@ -251,6 +251,63 @@ pub(crate) async fn answer(
                     .await?;
             }
         }
+        ConsentKind::HeldLaunch | ConsentKind::HeldPackage => {
+            let p = payload(&c);
+            if accept {
+                let what = match c.kind {
+                    ConsentKind::HeldLaunch => {
+                        let fingerprint = p["fingerprint"].as_str().ok_or_else(|| {
+                            ApiError::Conflict("this request names no launch".into())
+                        })?;
+                        state
+                            .store
+                            .approve_launch(&state.mac_key, &c.server_id, Some(fingerprint), now)
+                            .await
+                            .map_err(store_err)?;
+                        format!("approved launch {fingerprint}")
+                    }
+                    _ => {
+                        let package = p["package"].as_str().ok_or_else(|| {
+                            ApiError::Conflict("this request names no package".into())
+                        })?;
+                        state
+                            .store
+                            .approve_package(&state.mac_key, &c.server_id, package, now)
+                            .await
+                            .map_err(store_err)?;
+                        format!("approved package {package}")
+                    }
+                };
+                state
+                    .store
+                    .answer_consent(id, br#"{"action":"accept"}"#, now)
+                    .await
+                    .map_err(store_err)?;
+                let event = if c.kind == ConsentKind::HeldLaunch {
+                    event_types::LAUNCH_APPROVED
+                } else {
+                    event_types::PACKAGE_APPROVED
+                };
+                state
+                    .record(event, Some(&c.server_id), None, &what, &who.session_id)
+                    .await;
+            } else {
+                state
+                    .store
+                    .decline_consent(id, now)
+                    .await
+                    .map_err(store_err)?;
+                state
+                    .record(
+                        event_types::CONSENT_DECLINED,
+                        Some(&c.server_id),
+                        None,
+                        &format!("{} declined: it stays held", c.kind.as_str()),
+                        &who.session_id,
+                    )
+                    .await;
+            }
+        }
         ConsentKind::ShadowTie | ConsentKind::Elicitation => {
             let p = payload(&c);
             let restricted = is_restricted(&state, &c.server_id).await?;

@@ -34,6 +34,8 @@ pub mod event_types {
     pub const PIN_RESET: &str = "pin_reset";
     /// A person approved a changed server launch.
     pub const LAUNCH_APPROVED: &str = "launch_approved";
+    /// A person approved a package held as a likely typosquat.
+    pub const PACKAGE_APPROVED: &str = "package_approved";
     /// A person answered an input request or shadowing tie.
     pub const CONSENT_ANSWERED: &str = "consent_answered";
     /// A person (or the sensitive-field rule) declined a request.
