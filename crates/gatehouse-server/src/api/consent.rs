@@ -196,6 +196,34 @@ fn sealed_or_plain(c: &ConsentRequest, answer: &Value) -> ApiResult<Vec<u8>> {
     }
 }
 
+/// Declines a request and records why; false when it was no longer pending
+/// (nothing is recorded then).
+async fn decline(
+    state: &AppState,
+    c: &ConsentRequest,
+    now: i64,
+    what: &str,
+    session: &str,
+) -> ApiResult<bool> {
+    let declined = state
+        .store
+        .decline_consent(c.id, now)
+        .await
+        .map_err(store_err)?;
+    if declined {
+        state
+            .record(
+                event_types::CONSENT_DECLINED,
+                Some(&c.server_id),
+                c.tool.as_deref(),
+                what,
+                session,
+            )
+            .await;
+    }
+    Ok(declined)
+}
+
 /// `POST /api/consent/{id}/answer {action, hash?, content?}`
 pub(crate) async fn answer(
     State(state): State<AppState>,
@@ -292,20 +320,8 @@ pub(crate) async fn answer(
                     .record(event, Some(&c.server_id), None, &what, &who.session_id)
                     .await;
             } else {
-                state
-                    .store
-                    .decline_consent(id, now)
-                    .await
-                    .map_err(store_err)?;
-                state
-                    .record(
-                        event_types::CONSENT_DECLINED,
-                        Some(&c.server_id),
-                        None,
-                        &format!("{} declined: it stays held", c.kind.as_str()),
-                        &who.session_id,
-                    )
-                    .await;
+                let why = format!("{} declined: it stays held", c.kind.as_str());
+                decline(&state, &c, now, &why, &who.session_id).await?;
             }
         }
         ConsentKind::ShadowTie | ConsentKind::Elicitation => {
@@ -313,20 +329,8 @@ pub(crate) async fn answer(
             let restricted = is_restricted(&state, &c.server_id).await?;
             if accept {
                 if let Some(why) = decline_only(&c, &p, restricted) {
-                    state
-                        .store
-                        .decline_consent(id, now)
-                        .await
-                        .map_err(store_err)?;
-                    state
-                        .record(
-                            event_types::CONSENT_DECLINED,
-                            Some(&c.server_id),
-                            c.tool.as_deref(),
-                            "input request declined: sensitive fields or restricted server",
-                            &who.session_id,
-                        )
-                        .await;
+                    let what = "input request declined: sensitive fields or restricted server";
+                    decline(&state, &c, now, what, &who.session_id).await?;
                     return Err(ApiError::Conflict(why));
                 }
                 let content = a.content.unwrap_or_default();
@@ -355,25 +359,12 @@ pub(crate) async fn answer(
                     )
                     .await;
             } else {
-                if !state
-                    .store
-                    .decline_consent(id, now)
-                    .await
-                    .map_err(store_err)?
-                {
+                let what = format!("{} declined", c.kind.as_str());
+                if !decline(&state, &c, now, &what, &who.session_id).await? {
                     return Err(ApiError::Conflict(
                         "this request is no longer pending".into(),
                     ));
                 }
-                state
-                    .record(
-                        event_types::CONSENT_DECLINED,
-                        Some(&c.server_id),
-                        c.tool.as_deref(),
-                        &format!("{} declined", c.kind.as_str()),
-                        &who.session_id,
-                    )
-                    .await;
             }
         }
     }
