@@ -136,11 +136,59 @@ mod lifetime {
     }
 }
 
+/// Windows (not verified here: written against windows-sys, never compiled
+/// or run on this Linux machine). wrap puts itself in a job object with
+/// KILL_ON_JOB_CLOSE before the first spawn; children inherit the job, and
+/// only wrap holds its handle, so when wrap ends (however it ends) Windows
+/// closes the handle and ends the server and everything it started.
+/// Stopping is `kill_on_drop` plus that; there are no signals to send.
 #[cfg(windows)]
+#[allow(unsafe_code)]
 mod lifetime {
-    /// Windows: `kill_on_drop` ends the direct child; a job object with
-    /// KILL_ON_JOB_CLOSE for the whole tree is not implemented yet.
-    pub fn tie_to_parent(_cmd: &mut tokio::process::Command) {}
+    use std::sync::OnceLock;
+
+    use windows_sys::Win32::Foundation::CloseHandle;
+    use windows_sys::Win32::System::JobObjects::{
+        AssignProcessToJobObject, CreateJobObjectW, JobObjectExtendedLimitInformation,
+        SetInformationJobObject, JOBOBJECT_EXTENDED_LIMIT_INFORMATION,
+        JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE,
+    };
+    use windows_sys::Win32::System::Threading::GetCurrentProcess;
+
+    /// Whether wrap is in its kill-on-close job (the handle is never closed
+    /// by us: its closing at exit is what ends the tree).
+    static IN_JOB: OnceLock<bool> = OnceLock::new();
+
+    pub fn tie_to_parent(_cmd: &mut tokio::process::Command) {
+        let joined = *IN_JOB.get_or_init(|| {
+            // SAFETY: every handle is checked; the limit struct is zeroed
+            // and passed with its exact size.
+            unsafe {
+                let job = CreateJobObjectW(std::ptr::null(), std::ptr::null());
+                if job.is_null() {
+                    return false;
+                }
+                let mut limits: JOBOBJECT_EXTENDED_LIMIT_INFORMATION = std::mem::zeroed();
+                limits.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE;
+                let set = SetInformationJobObject(
+                    job,
+                    JobObjectExtendedLimitInformation,
+                    std::ptr::addr_of!(limits).cast(),
+                    std::mem::size_of::<JOBOBJECT_EXTENDED_LIMIT_INFORMATION>() as u32,
+                );
+                if set == 0 || AssignProcessToJobObject(job, GetCurrentProcess()) == 0 {
+                    CloseHandle(job);
+                    return false;
+                }
+                true
+            }
+        });
+        if !joined {
+            eprintln!(
+                "gatehouse: could not put the server in a job object; it may outlive gatehouse if gatehouse is killed"
+            );
+        }
+    }
 
     pub fn signal_group(_pid: u32, _signal: i32) {}
 }

@@ -31,24 +31,55 @@ pub const LAUNCHERS: &[&str] = &[
     "stdbuf",
 ];
 
-/// Whether a process name is a launcher, not a client.
+/// Whether a process name is a launcher, not a client. Paths, case and a
+/// Windows `.exe` suffix are ignored (`C:\\…\\NODE.EXE` is `node`).
 pub fn is_launcher(name: &str) -> bool {
     let name = name.rsplit(['/', '\\']).next().unwrap_or(name);
-    LAUNCHERS.contains(&name) || name.starts_with("python") && name.len() <= 10
+    let name = match name.len().checked_sub(4) {
+        Some(cut) if name.is_char_boundary(cut) && name[cut..].eq_ignore_ascii_case(".exe") => {
+            &name[..cut]
+        }
+        _ => name,
+    };
+    // Windows names are case-insensitive (`NODE.EXE`).
+    let name = name.to_ascii_lowercase();
+    LAUNCHERS.contains(&name.as_str()) || name.starts_with("python") && name.len() <= 10
+}
+
+/// One process as the ancestor walk sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Process {
+    pub name: String,
+    pub ppid: u32,
+    /// Distinguishes a reused pid (clock ticks on Linux, FILETIME on Windows).
+    pub start_time: u64,
+}
+
+/// `pid:start_time` of the nearest ancestor, from `parent` up, that is not a
+/// launcher; the walk stops at the root (`ppid` 0 or 1), after 32 steps, or
+/// where a process cannot be read (then `pid:0`).
+pub fn nearest_client(parent: u32, lookup: impl Fn(u32) -> Option<Process>) -> String {
+    let mut pid = parent;
+    for _ in 0..32 {
+        let Some(p) = lookup(pid) else { break };
+        if !is_launcher(&p.name) || p.ppid <= 1 || p.ppid == pid {
+            return format!("{pid}:{}", p.start_time);
+        }
+        pid = p.ppid;
+    }
+    format!("{pid}:0")
 }
 
 /// The session key: `pid:start_time` of the nearest non-launcher ancestor.
 #[cfg(target_os = "linux")]
 pub fn client_session_key() -> String {
-    let mut pid = std::os::unix::process::parent_id();
-    for _ in 0..32 {
-        let Some(stat) = read_stat(pid) else { break };
-        if !is_launcher(&stat.comm) || stat.ppid <= 1 {
-            return format!("{pid}:{}", stat.start_time);
-        }
-        pid = stat.ppid;
-    }
-    format!("{pid}:0")
+    nearest_client(std::os::unix::process::parent_id(), |pid| {
+        read_stat(pid).map(|s| Process {
+            name: s.comm,
+            ppid: s.ppid,
+            start_time: s.start_time,
+        })
+    })
 }
 
 /// Elsewhere (not verified here): the parent process, which is the client
@@ -60,11 +91,94 @@ pub fn client_session_key() -> String {
     format!("{}:0", std::os::unix::process::parent_id())
 }
 
-/// Windows (not verified here): no parent lookup yet; every wrap process is
-/// its own session, so cross-server rules see only its own calls.
-#[cfg(not(unix))]
+/// Windows (not verified here: written against windows-sys, never compiled
+/// or run on this Linux machine): the same walk over a Toolhelp process
+/// snapshot, with the creation time as start time.
+#[cfg(windows)]
 pub fn client_session_key() -> String {
-    format!("{}:0", std::process::id())
+    let table = windows::snapshot();
+    let me = std::process::id();
+    let parent = table.get(&me).map_or(0, |p| p.ppid);
+    nearest_client(parent, |pid| {
+        table.get(&pid).map(|p| Process {
+            start_time: windows::start_time(pid),
+            ..p.clone()
+        })
+    })
+}
+
+#[cfg(windows)]
+#[allow(unsafe_code)]
+mod windows {
+    use std::collections::HashMap;
+
+    use windows_sys::Win32::Foundation::{CloseHandle, FILETIME, INVALID_HANDLE_VALUE};
+    use windows_sys::Win32::System::Diagnostics::ToolHelp::{
+        CreateToolhelp32Snapshot, Process32FirstW, Process32NextW, PROCESSENTRY32W,
+        TH32CS_SNAPPROCESS,
+    };
+    use windows_sys::Win32::System::Threading::{
+        GetProcessTimes, OpenProcess, PROCESS_QUERY_LIMITED_INFORMATION,
+    };
+
+    use super::Process;
+
+    /// Every process: pid → name and parent (start time filled in later).
+    pub fn snapshot() -> HashMap<u32, Process> {
+        let mut out = HashMap::new();
+        // SAFETY: the snapshot handle is checked and closed; the entry is
+        // zeroed with its dwSize set, as Process32FirstW requires.
+        unsafe {
+            let snap = CreateToolhelp32Snapshot(TH32CS_SNAPPROCESS, 0);
+            if snap == INVALID_HANDLE_VALUE {
+                return out;
+            }
+            let mut entry: PROCESSENTRY32W = std::mem::zeroed();
+            entry.dwSize = std::mem::size_of::<PROCESSENTRY32W>() as u32;
+            let mut more = Process32FirstW(snap, &mut entry) != 0;
+            while more {
+                let len = entry
+                    .szExeFile
+                    .iter()
+                    .position(|&c| c == 0)
+                    .unwrap_or(entry.szExeFile.len());
+                out.insert(
+                    entry.th32ProcessID,
+                    Process {
+                        name: String::from_utf16_lossy(&entry.szExeFile[..len]),
+                        ppid: entry.th32ParentProcessID,
+                        start_time: 0,
+                    },
+                );
+                more = Process32NextW(snap, &mut entry) != 0;
+            }
+            CloseHandle(snap);
+        }
+        out
+    }
+
+    /// The process's creation time (0 when it cannot be opened).
+    pub fn start_time(pid: u32) -> u64 {
+        // SAFETY: the process handle is checked and closed; the FILETIMEs
+        // are plain out-parameters.
+        unsafe {
+            let handle = OpenProcess(PROCESS_QUERY_LIMITED_INFORMATION, 0, pid);
+            if handle.is_null() {
+                return 0;
+            }
+            let zero = FILETIME {
+                dwLowDateTime: 0,
+                dwHighDateTime: 0,
+            };
+            let (mut created, mut exited, mut kernel, mut user) = (zero, zero, zero, zero);
+            let ok = GetProcessTimes(handle, &mut created, &mut exited, &mut kernel, &mut user);
+            CloseHandle(handle);
+            if ok == 0 {
+                return 0;
+            }
+            (u64::from(created.dwHighDateTime) << 32) | u64::from(created.dwLowDateTime)
+        }
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -113,12 +227,74 @@ mod tests {
 
     #[test]
     fn launchers_are_skipped() {
-        for name in ["sh", "/bin/bash", "npx", "disclaimer", "python3", "cmd.exe"] {
+        for name in [
+            "sh",
+            "/bin/bash",
+            "npx",
+            "disclaimer",
+            "python3",
+            "cmd.exe",
+            "C:\\Program Files\\nodejs\\node.exe",
+            "python.EXE",
+            "uv.exe",
+        ] {
             assert!(is_launcher(name), "{name} launches servers for a client");
         }
-        for name in ["cursor", "claude", "code", "Windsurf", "cargo"] {
+        for name in [
+            "cursor",
+            "claude",
+            "code",
+            "Windsurf",
+            "cargo",
+            "Claude.exe",
+            ".exe",
+        ] {
             assert!(!is_launcher(name), "{name} is a client");
         }
+    }
+
+    /// A process table for the walk: pid → (name, ppid, start).
+    fn walk(table: &[(u32, &str, u32, u64)], parent: u32) -> String {
+        nearest_client(parent, |pid| {
+            table
+                .iter()
+                .find(|(p, ..)| *p == pid)
+                .map(|&(_, name, ppid, start_time)| Process {
+                    name: name.into(),
+                    ppid,
+                    start_time,
+                })
+        })
+    }
+
+    #[test]
+    fn the_walk_skips_launchers_per_os_naming() {
+        // Linux: cursor -> sh -c -> npx -> node -> gatehouse wrap
+        let linux = [
+            (10, "cursor", 1, 500),
+            (20, "sh", 10, 600),
+            (30, "npx", 20, 700),
+            (40, "node", 30, 800),
+        ];
+        assert_eq!(walk(&linux, 40), "10:500");
+        assert_eq!(walk(&linux, 10), "10:500", "a direct launch");
+        // Windows: Claude.exe -> cmd.exe /c -> node.exe (npx.cmd) -> wrap
+        let windows = [
+            (4, "System", 0, 1),
+            (900, "Claude.exe", 4, 111),
+            (910, "cmd.exe", 900, 222),
+            (920, "NODE.EXE", 910, 333),
+            (930, "powershell.exe", 920, 444),
+        ];
+        assert_eq!(walk(&windows, 930), "900:111");
+        // the root, a loop, and a process that vanished
+        assert_eq!(walk(&[(7, "sh", 1, 9)], 7), "7:9", "stops below init");
+        assert_eq!(
+            walk(&[(7, "sh", 7, 9)], 7),
+            "7:9",
+            "a self-parent ends the walk"
+        );
+        assert_eq!(walk(&[(7, "sh", 8, 9)], 7), "8:0", "an unreadable ancestor");
     }
 
     #[test]
