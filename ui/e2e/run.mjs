@@ -162,6 +162,23 @@ await step("protect a client from the Clients page", async () => {
   await shot("clients-protected");
 });
 
+await step("pause protection from the overview, then resume", async () => {
+  await nav("Overview");
+  const box = page.locator("section[data-protection]");
+  assert((await box.getAttribute("data-protection")) === "active", "protection starts active");
+  await box.getByRole("button", { name: "Pause for 1 h (audit only)" }).click();
+  await page.locator("section[data-protection=paused]").waitFor();
+  assert((await page.locator("section[data-protection]").textContent()).includes("block nothing"), "says what a pause means");
+  const state = await page.evaluate(async () => {
+    const t = sessionStorage.getItem("gatehouse.session");
+    return (await fetch("/api/protection", { headers: { Authorization: "Bearer " + t } })).json();
+  });
+  assert(state.state === "paused" && state.until_ms > Date.now(), `the control plane stored the pause: ${JSON.stringify(state)}`);
+  await shot("overview-paused");
+  await page.getByRole("button", { name: "Resume now" }).click();
+  await page.locator("section[data-protection=active]").waitFor();
+});
+
 const pages = ["Overview", "Events", "Tools & pins", "Consent inbox", "Clients", "Secrets", "Policy", "Sessions"];
 await step("axe-core: no serious findings on any page, light theme", async () => {
   for (const p of pages) {

@@ -1,17 +1,55 @@
 import { api, type EventRow } from "../api";
 import { h, mount } from "../dom";
-import { badge, empty, page, table } from "../ui";
+import { announce, badge, empty, errorBox, page, table } from "../ui";
 import { localTime } from "../time";
 import { renderText } from "../text";
 
+interface Protection {
+  state: "active" | "paused";
+  until_ms?: number;
+}
+
 interface Overview {
+  protection: Protection;
   servers: { id: string; name: string; client: string | null; protected: boolean; waiting: number }[];
   counts: { servers: number; tools_waiting: number; pending_consents: number; blocks_24h: number };
   recent_events: EventRow[];
 }
 
+/** The global pause every wrapped server follows (also set from the tray and `gatehouse pause`). */
+function protectionBox(p: Protection, reload: () => void): HTMLElement {
+  const msg = h("div", { attrs: { role: "status" } });
+  const act = (path: string, body: unknown, said: string) => async () => {
+    try {
+      await api(path, { method: "POST", body });
+      announce(said);
+      reload();
+    } catch (e) {
+      mount(msg, errorBox(e));
+    }
+  };
+  const paused = p.state === "paused";
+  return h(
+    "section",
+    { class: paused ? "protection paused" : "protection", attrs: { "aria-labelledby": "protection-h", "data-protection": p.state } },
+    h("h2", { id: "protection-h", text: "Protection" }),
+    h(
+      "p",
+      {},
+      paused
+        ? `Paused until ${localTime(p.until_ms ?? 0)}: wrapped servers record what they would block, and block nothing. It resumes by itself.`
+        : "Active: every verdict is enforced.",
+    ),
+    paused
+      ? h("button", { type: "button", class: "primary", text: "Resume now", on: { click: act("/api/protection/resume", {}, "Protection resumed.") } })
+      : h("button", { type: "button", text: "Pause for 1 h (audit only)", on: { click: act("/api/protection/pause", { minutes: 60 }, "Protection paused for 1 h.") } }),
+    msg,
+  );
+}
+
 export async function overviewPage(main: HTMLElement): Promise<void> {
   const o = await api<Overview>("/api/overview");
+  const reload = () => void overviewPage(main);
   const card = (label: string, value: number, href: string) =>
     h("a", { class: "card", href }, h("span", { class: "card-value", text: String(value) }), h("span", { class: "card-label", text: label }));
   mount(
@@ -19,6 +57,7 @@ export async function overviewPage(main: HTMLElement): Promise<void> {
     page(
       "Overview",
       "What Gatehouse protects and what needs you.",
+      protectionBox(o.protection, reload),
       h(
         "div",
         { class: "cards" },
