@@ -7,6 +7,7 @@
 //! carried invisibly or encoded is raised, because hiding is evidence.
 
 use std::ops::Range;
+use std::sync::OnceLock;
 
 use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 
@@ -24,7 +25,11 @@ const CONTEXT_CHARS: usize = 50;
 
 pub struct Engine {
     set: RegexSet,
-    regexes: Vec<Regex>,
+    /// Each rule's own regex (for match positions), compiled the first time
+    /// the set says the rule matched: most rules never match a given
+    /// server's traffic, and compiled automata are most of a wrap
+    /// process's memory.
+    regexes: Vec<RuleRegex>,
     arg_rules: Vec<(&'static str, Family, Severity, Regex)>,
 }
 
@@ -83,6 +88,33 @@ fn translate(pattern: &str) -> String {
     out
 }
 
+/// One rule's regex, compiled on first use.
+struct RuleRegex {
+    id: &'static str,
+    pattern: String,
+    compiled: OnceLock<Option<Regex>>,
+}
+
+impl RuleRegex {
+    fn build(&self) -> Result<Regex, ScannerError> {
+        RegexBuilder::new(&self.pattern)
+            .size_limit(1 << 24)
+            .dfa_size_limit(1 << 24)
+            .build()
+            .map_err(|e| ScannerError::BuiltinRule {
+                id: self.id,
+                reason: e.to_string(),
+            })
+    }
+
+    /// The compiled regex. The set compiled every pattern already and
+    /// `every_rule_compiles_on_its_own` covers the per-rule limits, so
+    /// `None` (the rule finds nothing) is not expected.
+    fn get(&self) -> Option<&Regex> {
+        self.compiled.get_or_init(|| self.build().ok()).as_ref()
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Hit {
     rule: usize,
@@ -123,18 +155,6 @@ impl Ctx<'_> {
 impl Engine {
     pub fn new() -> Result<Engine, ScannerError> {
         let pats: Vec<String> = RULES.iter().map(|r| translate(r.pattern)).collect();
-        let mut regexes = Vec::with_capacity(pats.len());
-        for (rule, p) in RULES.iter().zip(&pats) {
-            let re = RegexBuilder::new(p)
-                .size_limit(1 << 24)
-                .dfa_size_limit(1 << 24)
-                .build()
-                .map_err(|e| ScannerError::BuiltinRule {
-                    id: rule.id,
-                    reason: e.to_string(),
-                })?;
-            regexes.push(re);
-        }
         let set = RegexSetBuilder::new(&pats)
             .size_limit(1 << 26)
             .dfa_size_limit(1 << 26)
@@ -186,6 +206,15 @@ impl Engine {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let regexes = pats
+            .into_iter()
+            .zip(RULES)
+            .map(|(pattern, rule)| RuleRegex {
+                id: rule.id,
+                pattern,
+                compiled: OnceLock::new(),
+            })
+            .collect();
         Ok(Engine {
             set,
             regexes,
@@ -348,7 +377,10 @@ impl Engine {
         let mut hits = Vec::new();
         for idx in self.set.matches(text).iter() {
             let rule = &RULES[idx];
-            for m in self.regexes[idx].find_iter(text).take(MAX_HITS_PER_RULE) {
+            let Some(re) = self.regexes[idx].get() else {
+                continue;
+            };
+            for m in re.find_iter(text).take(MAX_HITS_PER_RULE) {
                 let mut range = m.range();
                 // Trim a leading clause delimiter the pattern consumed.
                 while range.start < range.end
@@ -636,7 +668,7 @@ impl Engine {
         let mut target_at: Option<usize> = None;
         let mut cred_defaults: Vec<usize> = Vec::new();
         for (i, s) in strings.iter().enumerate() {
-            let view = normalize::normalize(&s.text);
+            let view = normalize::normalize(s.text);
             let hits = self.hits(&view.text);
             let ds = hits
                 .iter()
@@ -668,7 +700,7 @@ impl Engine {
                 cred_defaults.push(i);
             }
             if s.key {
-                let k = s.text.as_str();
+                let k = s.text;
                 let sigil = k.len() > 2
                     && k.starts_with('_')
                     && k.ends_with('_')
@@ -702,7 +734,7 @@ impl Engine {
                         family: Family::ContextHarvesting,
                         severity: sev,
                         path: s.path.clone(),
-                        context: context(sc, &s.text, 0..s.text.len()),
+                        context: context(sc, s.text, 0..s.text.len()),
                     });
                 }
             }
@@ -714,14 +746,12 @@ impl Engine {
                     family: Family::HiddenInstructions,
                     severity: Severity::High,
                     path: strings[t].path.clone(),
-                    context: context(sc, &strings[t].text, 0..strings[t].text.len().min(120)),
+                    context: context(sc, strings[t].text, 0..strings[t].text.len().min(120)),
                 });
             }
         }
-        let distinct: std::collections::BTreeSet<&str> = cred_defaults
-            .iter()
-            .map(|&i| strings[i].text.as_str())
-            .collect();
+        let distinct: std::collections::BTreeSet<&str> =
+            cred_defaults.iter().map(|&i| strings[i].text).collect();
         let traversal_default = cred_defaults
             .iter()
             .any(|&i| strings[i].text.contains("../") || strings[i].text.contains("..\\"));
@@ -736,7 +766,7 @@ impl Engine {
                 },
                 severity: Severity::High,
                 path: strings[i].path.clone(),
-                context: context(sc, &strings[i].text, 0..strings[i].text.len()),
+                context: context(sc, strings[i].text, 0..strings[i].text.len()),
             });
         }
         report
@@ -1356,5 +1386,22 @@ impl Engine {
             .into_iter()
             .map(|h| (RULES[h.rule].id, view.text[h.range.clone()].to_string()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rules are compiled on first use; each must compile within its own
+    /// limits, or that rule would silently find nothing.
+    #[test]
+    fn every_rule_compiles_on_its_own() {
+        let engine = Engine::new().expect("the rule set compiles");
+        for rule in &engine.regexes {
+            if let Err(err) = rule.build() {
+                panic!("rule {} does not compile on its own: {err}", rule.id);
+            }
+        }
     }
 }
