@@ -17,6 +17,7 @@ pub mod cross;
 pub mod egress;
 mod inbox;
 pub mod lines;
+pub mod memory;
 mod outbox;
 mod presence;
 pub mod session;
