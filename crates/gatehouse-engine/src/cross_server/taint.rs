@@ -124,12 +124,21 @@ fn tokens(text: &str) -> impl Iterator<Item = (&str, bool)> {
             return None;
         }
         let this = (tok, labelled);
-        let lower = tok.to_ascii_lowercase();
-        labelled = SECRET_LABELS
-            .iter()
-            .any(|l| lower == *l || lower.ends_with(&format!("_{l}")));
+        labelled = SECRET_LABELS.iter().any(|l| is_label(tok, l));
         Some(this)
     })
+}
+
+/// `tok` is the label `l` (lowercase ASCII) or ends with `_` + `l`, ASCII
+/// case ignored; without allocating (this runs for every token of a result).
+fn is_label(tok: &str, l: &str) -> bool {
+    let (t, l) = (tok.as_bytes(), l.as_bytes());
+    if t.len() == l.len() {
+        return t.eq_ignore_ascii_case(l);
+    }
+    t.len() > l.len()
+        && t[t.len() - l.len()..].eq_ignore_ascii_case(l)
+        && t[t.len() - l.len() - 1] == b'_'
 }
 
 /// A password, key or id: long enough and not a plain word. Labelled tokens
@@ -446,4 +455,39 @@ fn percent_decode(text: &str) -> Option<String> {
         i += 1;
     }
     String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::{is_label, SECRET_LABELS};
+
+    /// The same answer as lowercasing the token and comparing.
+    #[test]
+    fn labels_match_like_lowercased_comparison() {
+        for tok in [
+            "password",
+            "PASSWORD",
+            "db_Password",
+            "dbpassword",
+            "_key",
+            "key",
+            "KEY_",
+            "ké_key",
+            "x_KEY",
+            "pin",
+            "spin",
+            "my_pin",
+            "é",
+            "_",
+            "token_x",
+            "api-key",
+            "API_KEY",
+        ] {
+            let lower = tok.to_ascii_lowercase();
+            for l in SECRET_LABELS {
+                let expected = lower == *l || lower.ends_with(&format!("_{l}"));
+                assert_eq!(is_label(tok, l), expected, "{tok:?} vs label {l:?}");
+            }
+        }
+    }
 }
