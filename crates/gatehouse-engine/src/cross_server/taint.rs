@@ -144,17 +144,21 @@ fn is_label(tok: &str, l: &str) -> bool {
 /// A password, key or id: long enough and not a plain word. Labelled tokens
 /// (`password: hunter2x`) count from 6 characters.
 pub fn is_distinctive(token: &str, labelled: bool) -> bool {
-    let len = token.chars().count();
+    // One pass over the token (a result's token can be megabytes long).
+    let (mut len, mut letters, mut digits, mut upper, mut lower) = (0, 0, 0, 0, 0);
+    for c in token.chars() {
+        len += 1;
+        letters += usize::from(c.is_alphabetic());
+        digits += usize::from(c.is_ascii_digit());
+        upper += usize::from(c.is_uppercase());
+        lower += usize::from(c.is_lowercase());
+    }
     if labelled && len >= 6 {
         return true;
     }
     if len < 8 {
         return false;
     }
-    let letters = token.chars().filter(|c| c.is_alphabetic()).count();
-    let digits = token.chars().filter(char::is_ascii_digit).count();
-    let upper = token.chars().filter(|c| c.is_uppercase()).count();
-    let lower = token.chars().filter(|c| c.is_lowercase()).count();
     let mixed_case = upper > 0 && lower > 0 && upper + lower == letters && upper > 1;
     (letters > 0 && digits > 0) || (len >= 20 && mixed_case) || (len >= 12 && digits == len)
 }
