@@ -293,11 +293,6 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         }
     }
 
-    // Launch pinning hashes the server's executable (for node, ~100 MB):
-    // it starts once the server has answered its first message, so it
-    // does not compete with the server's start-up for the CPU (or, when the
-    // server never answers, once the relay ends; best effort either way).
-    let mut launch_go = None;
     if let Some(store) = &store {
         if policy.pinning.launch_pinning && !mismatch {
             let store = store.clone();
@@ -305,12 +300,9 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             let argv = opts.argv.clone();
             let server_id = opts.server_id.clone();
             let recorder = recorder.clone();
-            let (go, wait) = tokio::sync::oneshot::channel::<()>();
-            launch_go = Some(go);
-            tokio::spawn(async move {
-                let _ = wait.await;
-                check_launch(&store, &server_id, &exe, &argv, &recorder).await
-            });
+            tokio::spawn(
+                async move { check_launch(&store, &server_id, &exe, &argv, &recorder).await },
+            );
         }
     }
 
@@ -429,12 +421,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 }
             },
             line = server_lines.recv(), if client_out.has_room() => match line {
-                Some(Line::Frame(bytes)) => {
-                    if let Some(go) = launch_go.take() {
-                        let _ = go.send(());
-                    }
-                    relay.on_server_frame(parse_frame(bytes), now_ms())
-                }
+                Some(Line::Frame(bytes)) => relay.on_server_frame(parse_frame(bytes), now_ms()),
                 Some(Line::Oversized(n)) => vec![oversized_event("server", n, max_frame)],
                 Some(Line::Eof) | None => break None,
             },
@@ -474,7 +461,6 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         }
     };
 
-    drop(launch_go);
     drop(server_out);
     client_out.finish().await;
     let _ = client_writer.await;
