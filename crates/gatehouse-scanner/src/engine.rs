@@ -7,7 +7,9 @@
 //! carried invisibly or encoded is raised, because hiding is evidence.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 
@@ -30,6 +32,9 @@ pub struct Engine {
     /// server's traffic, and compiled automata are most of a wrap
     /// process's memory.
     regexes: Vec<RuleRegex>,
+    /// Nanoseconds spent compiling rule regexes on first use (a scan's
+    /// budget is for scanning; compiling used to happen before any scan).
+    compile_nanos: AtomicU64,
     arg_rules: Vec<(&'static str, Family, Severity, Regex)>,
 }
 
@@ -110,8 +115,16 @@ impl RuleRegex {
     /// The compiled regex. The set compiled every pattern already and
     /// `every_rule_compiles_on_its_own` covers the per-rule limits, so
     /// `None` (the rule finds nothing) is not expected.
-    fn get(&self) -> Option<&Regex> {
-        self.compiled.get_or_init(|| self.build().ok()).as_ref()
+    fn get(&self, compile_nanos: &AtomicU64) -> Option<&Regex> {
+        self.compiled
+            .get_or_init(|| {
+                let started = Instant::now();
+                let re = self.build().ok();
+                let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                compile_nanos.fetch_add(took, Ordering::Relaxed);
+                re
+            })
+            .as_ref()
     }
 }
 
@@ -218,6 +231,7 @@ impl Engine {
         Ok(Engine {
             set,
             regexes,
+            compile_nanos: AtomicU64::new(0),
             arg_rules,
         })
     }
@@ -377,7 +391,7 @@ impl Engine {
         let mut hits = Vec::new();
         for idx in self.set.matches(text).iter() {
             let rule = &RULES[idx];
-            let Some(re) = self.regexes[idx].get() else {
+            let Some(re) = self.regexes[idx].get(&self.compile_nanos) else {
                 continue;
             };
             for m in re.find_iter(text).take(MAX_HITS_PER_RULE) {
@@ -1380,6 +1394,11 @@ fn make_visible(s: &str) -> String {
 
 impl Engine {
     /// Rule ids and matched text on the normalized view (for diagnostics).
+    /// Time spent so far compiling rule regexes on first use.
+    pub fn compile_time(&self) -> Duration {
+        Duration::from_nanos(self.compile_nanos.load(Ordering::Relaxed))
+    }
+
     pub fn debug_hits(&self, raw: &str) -> Vec<(&'static str, String)> {
         let view = normalize::normalize(raw);
         self.hits(&view.text)

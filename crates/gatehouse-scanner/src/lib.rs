@@ -310,6 +310,13 @@ impl Scanner {
         })
     }
 
+    /// Time spent so far compiling rules on their first use (each rule's
+    /// regex is compiled the first time it is needed), which a caller timing
+    /// its scans may leave out.
+    pub fn compile_time(&self) -> std::time::Duration {
+        self.engine.compile_time()
+    }
+
     /// Rule ids and matched (normalized) text, for diagnostics and tests.
     #[doc(hidden)]
     pub fn debug_hits(&self, text: &str) -> Vec<(&'static str, String)> {
