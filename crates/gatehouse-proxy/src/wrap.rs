@@ -641,18 +641,6 @@ impl Recorder {
             // Everything queued at once is written in one transaction: one
             // commit per burst instead of one per event.
             while events_rx.recv_many(&mut batch, RECORD_BATCH).await > 0 {
-                // Events of back-to-back calls are written together: one
-                // transaction per RECORD_DELAY rather than one per call
-                // (each costs the relay's thread a round trip to sqlx).
-                if !batch.iter().any(|r| matches!(r, Record::Flush(_))) {
-                    tokio::time::sleep(RECORD_DELAY).await;
-                    while batch.len() < RECORD_BATCH {
-                        match events_rx.try_recv() {
-                            Ok(record) => batch.push(record),
-                            Err(_) => break,
-                        }
-                    }
-                }
                 let mut flushed = Vec::new();
                 for record in batch.drain(..) {
                     match record {
@@ -714,8 +702,6 @@ impl Recorder {
 
 /// Records the recorder writes per transaction at most.
 const RECORD_BATCH: usize = 256;
-/// How long the recorder gathers events before writing them.
-const RECORD_DELAY: Duration = Duration::from_millis(50);
 /// Tries for one batch of events (20 ms, doubling, between tries).
 const RECORD_ATTEMPTS: u32 = 5;
 
