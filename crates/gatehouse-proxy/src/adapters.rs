@@ -26,9 +26,21 @@ const BUILD_SLOWDOWN: u32 = if cfg!(debug_assertions) { 20 } else { 1 };
 
 pub struct ScannerInspector {
     building: Mutex<Option<JoinHandle<Result<Scanner, String>>>>,
+    /// Starts a build that waits for [`ScannerStart::start`] (first use
+    /// starts it too).
+    go: Mutex<Option<std::sync::mpsc::Sender<()>>>,
     scanner: OnceLock<Option<Scanner>>,
     budget: Duration,
     fail_closed: bool,
+}
+
+/// Starts a [`ScannerInspector::build_when_started`] build.
+pub struct ScannerStart(std::sync::mpsc::Sender<()>);
+
+impl ScannerStart {
+    pub fn start(self) {
+        let _ = self.0.send(());
+    }
 }
 
 impl ScannerInspector {
@@ -37,17 +49,44 @@ impl ScannerInspector {
         budget: Duration,
         fail_closed: bool,
     ) -> Self {
-        Self {
-            building: Mutex::new(Some(std::thread::spawn(build))),
+        let (inspector, start) = Self::build_when_started(build, budget, fail_closed);
+        start.start();
+        inspector
+    }
+
+    /// Builds on its own thread once started: wrap starts it right after
+    /// spawning the server, so compiling does not compete with the spawn
+    /// for the CPU, and overlaps the server's own start-up instead.
+    pub fn build_when_started(
+        build: impl FnOnce() -> Result<Scanner, String> + Send + 'static,
+        budget: Duration,
+        fail_closed: bool,
+    ) -> (Self, ScannerStart) {
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        let building = std::thread::spawn(move || {
+            // Every sender gone unstarted: the scanner is not needed.
+            wait.recv().map_err(|_| "not started".to_string())?;
+            let scanner = build();
+            // Compiling the rules leaves megabytes of freed temporaries.
+            crate::memory::release_free_memory();
+            scanner
+        });
+        let inspector = Self {
+            building: Mutex::new(Some(building)),
+            go: Mutex::new(Some(go.clone())),
             scanner: OnceLock::new(),
             budget,
             fail_closed,
-        }
+        };
+        (inspector, ScannerStart(go))
     }
 
     fn scanner(&self) -> Option<&Scanner> {
         self.scanner
             .get_or_init(|| {
+                if let Some(go) = self.go.lock().ok()?.take() {
+                    let _ = go.send(());
+                }
                 let handle = self.building.lock().ok()?.take()?;
                 match handle.join() {
                     Ok(Ok(scanner)) => Some(scanner),
@@ -69,8 +108,13 @@ impl ScannerInspector {
             return Vec::new();
         };
         let started = Instant::now();
+        let compiling = scanner.compile_time();
         let mut found = findings(scan(scanner));
-        let took = started.elapsed();
+        // Rules compiled on first use during this scan are not scanning
+        // time (they used to be compiled before the first scan).
+        let took = started
+            .elapsed()
+            .saturating_sub(scanner.compile_time().saturating_sub(compiling));
         if took > self.budget * BUILD_SLOWDOWN {
             found.push(Finding {
                 rule: "scan.budget_exceeded".into(),

@@ -549,9 +549,17 @@ fn judge_local(
     now_ms: i64,
     local: &Local,
 ) -> CrossDecision {
+    // Only what the rules look back at (`CrossRules::lookback`: every
+    // prior here is this server's own call), not the whole window: the
+    // window holds thousands of calls after a busy minute.
+    let own_since = rules
+        .lookback(facts.class)
+        .own_ms
+        .map(|ms| now_ms.saturating_sub(ms));
     let prior: Vec<Prior<'_>> = local
         .calls
         .iter()
+        .filter(|e| own_since.is_some_and(|since| e.call.time_ms >= since))
         .map(|e| Prior {
             server_id: &me.server_id,
             tool: &e.call.tool,

@@ -19,6 +19,7 @@ mod inbox;
 mod launch;
 pub mod lines;
 pub mod maintenance;
+pub mod memory;
 mod outbox;
 mod pause;
 mod presence;

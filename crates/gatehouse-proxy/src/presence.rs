@@ -89,7 +89,13 @@ impl Local {
     /// Attaches a result's taint marks to a local read; false when it is
     /// no longer in the window.
     pub fn attach(&mut self, seq: u64, marks: Vec<u8>) -> bool {
-        match self.calls.iter_mut().find(|e| e.seq == seq) {
+        // Entries are pushed in `seq` order and only popped from the front.
+        match self
+            .calls
+            .binary_search_by_key(&seq, |e| e.seq)
+            .ok()
+            .and_then(|i| self.calls.get_mut(i))
+        {
             Some(entry) => {
                 entry.call.result = Some(marks);
                 true

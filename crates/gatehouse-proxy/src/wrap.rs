@@ -108,7 +108,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         session.clone(),
     );
     let policy = settle_policy(from_file, store.as_ref(), &recorder).await;
-    let scanner = ScannerInspector::build_in_background(
+    let (scanner, scanner_start) = ScannerInspector::build_when_started(
         scanner_builder(&policy, &fingerprint_key),
         policy.limits.scan_budget,
         policy.fail_closed(),
@@ -390,6 +390,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     })?;
     drop(args);
     drop(env);
+    scanner_start.start();
     let child_stdin = child
         .stdin
         .take()

@@ -7,6 +7,9 @@
 //! carried invisibly or encoded is raised, because hiding is evidence.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
 
@@ -24,7 +27,14 @@ const CONTEXT_CHARS: usize = 50;
 
 pub struct Engine {
     set: RegexSet,
-    regexes: Vec<Regex>,
+    /// Each rule's own regex (for match positions), compiled the first time
+    /// the set says the rule matched: most rules never match a given
+    /// server's traffic, and compiled automata are most of a wrap
+    /// process's memory.
+    regexes: Vec<RuleRegex>,
+    /// Nanoseconds spent compiling rule regexes on first use (a scan's
+    /// budget is for scanning; compiling used to happen before any scan).
+    compile_nanos: AtomicU64,
     arg_rules: Vec<(&'static str, Family, Severity, Regex)>,
 }
 
@@ -83,6 +93,41 @@ fn translate(pattern: &str) -> String {
     out
 }
 
+/// One rule's regex, compiled on first use.
+struct RuleRegex {
+    id: &'static str,
+    pattern: String,
+    compiled: OnceLock<Option<Regex>>,
+}
+
+impl RuleRegex {
+    fn build(&self) -> Result<Regex, ScannerError> {
+        RegexBuilder::new(&self.pattern)
+            .size_limit(1 << 24)
+            .dfa_size_limit(1 << 24)
+            .build()
+            .map_err(|e| ScannerError::BuiltinRule {
+                id: self.id,
+                reason: e.to_string(),
+            })
+    }
+
+    /// The compiled regex. The set compiled every pattern already and
+    /// `every_rule_compiles_on_its_own` covers the per-rule limits, so
+    /// `None` (the rule finds nothing) is not expected.
+    fn get(&self, compile_nanos: &AtomicU64) -> Option<&Regex> {
+        self.compiled
+            .get_or_init(|| {
+                let started = Instant::now();
+                let re = self.build().ok();
+                let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                compile_nanos.fetch_add(took, Ordering::Relaxed);
+                re
+            })
+            .as_ref()
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Hit {
     rule: usize,
@@ -123,18 +168,6 @@ impl Ctx<'_> {
 impl Engine {
     pub fn new() -> Result<Engine, ScannerError> {
         let pats: Vec<String> = RULES.iter().map(|r| translate(r.pattern)).collect();
-        let mut regexes = Vec::with_capacity(pats.len());
-        for (rule, p) in RULES.iter().zip(&pats) {
-            let re = RegexBuilder::new(p)
-                .size_limit(1 << 24)
-                .dfa_size_limit(1 << 24)
-                .build()
-                .map_err(|e| ScannerError::BuiltinRule {
-                    id: rule.id,
-                    reason: e.to_string(),
-                })?;
-            regexes.push(re);
-        }
         let set = RegexSetBuilder::new(&pats)
             .size_limit(1 << 26)
             .dfa_size_limit(1 << 26)
@@ -186,9 +219,19 @@ impl Engine {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let regexes = pats
+            .into_iter()
+            .zip(RULES)
+            .map(|(pattern, rule)| RuleRegex {
+                id: rule.id,
+                pattern,
+                compiled: OnceLock::new(),
+            })
+            .collect();
         Ok(Engine {
             set,
             regexes,
+            compile_nanos: AtomicU64::new(0),
             arg_rules,
         })
     }
@@ -348,7 +391,10 @@ impl Engine {
         let mut hits = Vec::new();
         for idx in self.set.matches(text).iter() {
             let rule = &RULES[idx];
-            for m in self.regexes[idx].find_iter(text).take(MAX_HITS_PER_RULE) {
+            let Some(re) = self.regexes[idx].get(&self.compile_nanos) else {
+                continue;
+            };
+            for m in re.find_iter(text).take(MAX_HITS_PER_RULE) {
                 let mut range = m.range();
                 // Trim a leading clause delimiter the pattern consumed.
                 while range.start < range.end
@@ -636,7 +682,7 @@ impl Engine {
         let mut target_at: Option<usize> = None;
         let mut cred_defaults: Vec<usize> = Vec::new();
         for (i, s) in strings.iter().enumerate() {
-            let view = normalize::normalize(&s.text);
+            let view = normalize::normalize(s.text);
             let hits = self.hits(&view.text);
             let ds = hits
                 .iter()
@@ -668,7 +714,7 @@ impl Engine {
                 cred_defaults.push(i);
             }
             if s.key {
-                let k = s.text.as_str();
+                let k = s.text;
                 let sigil = k.len() > 2
                     && k.starts_with('_')
                     && k.ends_with('_')
@@ -702,7 +748,7 @@ impl Engine {
                         family: Family::ContextHarvesting,
                         severity: sev,
                         path: s.path.clone(),
-                        context: context(sc, &s.text, 0..s.text.len()),
+                        context: context(sc, s.text, 0..s.text.len()),
                     });
                 }
             }
@@ -714,14 +760,12 @@ impl Engine {
                     family: Family::HiddenInstructions,
                     severity: Severity::High,
                     path: strings[t].path.clone(),
-                    context: context(sc, &strings[t].text, 0..strings[t].text.len().min(120)),
+                    context: context(sc, strings[t].text, 0..strings[t].text.len().min(120)),
                 });
             }
         }
-        let distinct: std::collections::BTreeSet<&str> = cred_defaults
-            .iter()
-            .map(|&i| strings[i].text.as_str())
-            .collect();
+        let distinct: std::collections::BTreeSet<&str> =
+            cred_defaults.iter().map(|&i| strings[i].text).collect();
         let traversal_default = cred_defaults
             .iter()
             .any(|&i| strings[i].text.contains("../") || strings[i].text.contains("..\\"));
@@ -736,7 +780,7 @@ impl Engine {
                 },
                 severity: Severity::High,
                 path: strings[i].path.clone(),
-                context: context(sc, &strings[i].text, 0..strings[i].text.len()),
+                context: context(sc, strings[i].text, 0..strings[i].text.len()),
             });
         }
         report
@@ -1350,11 +1394,33 @@ fn make_visible(s: &str) -> String {
 
 impl Engine {
     /// Rule ids and matched text on the normalized view (for diagnostics).
+    /// Time spent so far compiling rule regexes on first use.
+    pub fn compile_time(&self) -> Duration {
+        Duration::from_nanos(self.compile_nanos.load(Ordering::Relaxed))
+    }
+
     pub fn debug_hits(&self, raw: &str) -> Vec<(&'static str, String)> {
         let view = normalize::normalize(raw);
         self.hits(&view.text)
             .into_iter()
             .map(|h| (RULES[h.rule].id, view.text[h.range.clone()].to_string()))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rules are compiled on first use; each must compile within its own
+    /// limits, or that rule would silently find nothing.
+    #[test]
+    fn every_rule_compiles_on_its_own() {
+        let engine = Engine::new().expect("the rule set compiles");
+        for rule in &engine.regexes {
+            if let Err(err) = rule.build() {
+                panic!("rule {} does not compile on its own: {err}", rule.id);
+            }
+        }
     }
 }

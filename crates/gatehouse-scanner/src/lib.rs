@@ -310,6 +310,13 @@ impl Scanner {
         })
     }
 
+    /// Time spent so far compiling rules on their first use (each rule's
+    /// regex is compiled the first time it is needed), which a caller timing
+    /// its scans may leave out.
+    pub fn compile_time(&self) -> std::time::Duration {
+        self.engine.compile_time()
+    }
+
     /// Rule ids and matched (normalized) text, for diagnostics and tests.
     #[doc(hidden)]
     pub fn debug_hits(&self, text: &str) -> Vec<(&'static str, String)> {
@@ -335,7 +342,7 @@ impl Scanner {
         collect_strings(tool, String::new(), &mut strings, true, 0);
         let mut report = Report::default();
         for s in &strings {
-            report.extend(self.scan_string(Carrier::Definition, &s.path, &s.text));
+            report.extend(self.scan_string(Carrier::Definition, &s.path, s.text));
         }
         report.extend(self.engine.tool_level(self, &strings));
         report.finish()
@@ -359,7 +366,7 @@ impl Scanner {
             {
                 continue;
             }
-            report.extend(self.scan_string(Carrier::Definition, &s.path, &s.text));
+            report.extend(self.scan_string(Carrier::Definition, &s.path, s.text));
         }
         report.finish()
     }
@@ -375,7 +382,7 @@ impl Scanner {
                         if let Some(t) = c.get("text").and_then(Value::as_str) {
                             strings.push(Str {
                                 path: format!("contents[{i}].text"),
-                                text: t.to_string(),
+                                text: t,
                                 key: false,
                             });
                         }
@@ -386,7 +393,7 @@ impl Scanner {
                 if let Some(d) = result.get("description").and_then(Value::as_str) {
                     strings.push(Str {
                         path: "description".into(),
-                        text: d.to_string(),
+                        text: d,
                         key: false,
                     });
                 }
@@ -404,7 +411,7 @@ impl Scanner {
         }
         let mut report = Report::default();
         for s in &strings {
-            report.extend(self.scan_string(Carrier::Output, &s.path, &s.text));
+            report.extend(self.scan_string(Carrier::Output, &s.path, s.text));
         }
         report.finish()
     }
@@ -417,7 +424,7 @@ impl Scanner {
                 if let Some(s) = params.get("systemPrompt").and_then(Value::as_str) {
                     strings.push(Str {
                         path: "systemPrompt".into(),
-                        text: s.to_string(),
+                        text: s,
                         key: false,
                     });
                 }
@@ -435,7 +442,7 @@ impl Scanner {
                 if let Some(s) = params.get("message").and_then(Value::as_str) {
                     strings.push(Str {
                         path: "message".into(),
-                        text: s.to_string(),
+                        text: s,
                         key: false,
                     });
                 }
@@ -447,7 +454,7 @@ impl Scanner {
         }
         let mut report = Report::default();
         for s in &strings {
-            report.extend(self.scan_string(Carrier::Request, &s.path, &s.text));
+            report.extend(self.scan_string(Carrier::Request, &s.path, s.text));
         }
         report.finish()
     }
@@ -459,7 +466,7 @@ impl Scanner {
         collect_strings(arguments, "arguments".into(), &mut strings, false, 0);
         let mut report = Report::default();
         for s in &strings {
-            report.extend(self.scan_string(Carrier::Argument, &s.path, &s.text));
+            report.extend(self.scan_string(Carrier::Argument, &s.path, s.text));
         }
         report.finish()
     }
@@ -483,9 +490,10 @@ fn bounded(text: &str) -> std::borrow::Cow<'_, str> {
 
 /// A string found in a JSON value, with its path.
 #[derive(Debug, Clone)]
-pub(crate) struct Str {
+pub(crate) struct Str<'a> {
     pub path: String,
-    pub text: String,
+    /// Borrowed from the scanned value: a large result is not copied.
+    pub text: &'a str,
     /// True when the text is an object key (a property name).
     pub key: bool,
 }
@@ -501,14 +509,20 @@ fn join(path: &str, seg: &str) -> String {
     }
 }
 
-fn collect_strings(v: &Value, path: String, out: &mut Vec<Str>, keys: bool, depth: usize) {
+fn collect_strings<'a>(
+    v: &'a Value,
+    path: String,
+    out: &mut Vec<Str<'a>>,
+    keys: bool,
+    depth: usize,
+) {
     if depth > MAX_DEPTH || out.len() >= MAX_STRINGS {
         return;
     }
     match v {
         Value::String(s) => out.push(Str {
             path,
-            text: s.clone(),
+            text: s.as_str(),
             key: false,
         }),
         Value::Array(a) => {
@@ -523,7 +537,7 @@ fn collect_strings(v: &Value, path: String, out: &mut Vec<Str>, keys: bool, dept
                 if keys && (is_props || k.starts_with("x-") || k.starts_with('_')) {
                     out.push(Str {
                         path: format!("{p}(key)"),
-                        text: k.clone(),
+                        text: k.as_str(),
                         key: true,
                     });
                 }
@@ -534,7 +548,7 @@ fn collect_strings(v: &Value, path: String, out: &mut Vec<Str>, keys: bool, dept
     }
 }
 
-fn collect_content_block(block: &Value, path: String, out: &mut Vec<Str>) {
+fn collect_content_block<'a>(block: &'a Value, path: String, out: &mut Vec<Str<'a>>) {
     match block {
         Value::Array(items) => {
             for (i, b) in items.iter().enumerate() {
@@ -546,7 +560,7 @@ fn collect_content_block(block: &Value, path: String, out: &mut Vec<Str>) {
                 if let Some(t) = m.get("text").and_then(Value::as_str) {
                     out.push(Str {
                         path: join(&path, "text"),
-                        text: t.to_string(),
+                        text: t,
                         key: false,
                     });
                 }
@@ -559,7 +573,7 @@ fn collect_content_block(block: &Value, path: String, out: &mut Vec<Str>) {
                 {
                     out.push(Str {
                         path: join(&path, "resource.text"),
-                        text: t.to_string(),
+                        text: t,
                         key: false,
                     });
                 }
@@ -569,7 +583,7 @@ fn collect_content_block(block: &Value, path: String, out: &mut Vec<Str>) {
                     if let Some(t) = m.get(f).and_then(Value::as_str) {
                         out.push(Str {
                             path: join(&path, f),
-                            text: t.to_string(),
+                            text: t,
                             key: false,
                         });
                     }
@@ -581,7 +595,7 @@ fn collect_content_block(block: &Value, path: String, out: &mut Vec<Str>) {
                 if let Some(t) = m.get("text").and_then(Value::as_str) {
                     out.push(Str {
                         path: join(&path, "text"),
-                        text: t.to_string(),
+                        text: t,
                         key: false,
                     });
                 }
@@ -589,14 +603,14 @@ fn collect_content_block(block: &Value, path: String, out: &mut Vec<Str>) {
         },
         Value::String(s) => out.push(Str {
             path,
-            text: s.clone(),
+            text: s.as_str(),
             key: false,
         }),
         _ => {}
     }
 }
 
-fn collect_call_result(result: &Value, out: &mut Vec<Str>) {
+fn collect_call_result<'a>(result: &'a Value, out: &mut Vec<Str<'a>>) {
     if let Some(content) = result.get("content") {
         collect_content_block(content, "content".into(), out);
     }

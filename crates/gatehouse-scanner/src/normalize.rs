@@ -237,16 +237,18 @@ pub fn normalize(raw: &str) -> View {
         .iter()
         .all(|&b| (0x20..0x7f).contains(&b) || matches!(b, b'\n' | b'\r' | b'\t'));
     if simple {
-        let text: String = bytes
+        // Byte for byte (all ASCII here), not char by char.
+        let folded: Vec<u8> = bytes
             .iter()
             .map(|&b| {
                 if b.is_ascii_whitespace() {
-                    ' '
+                    b' '
                 } else {
-                    b.to_ascii_lowercase() as char
+                    b.to_ascii_lowercase()
                 }
             })
             .collect();
+        let text = String::from_utf8(folded).unwrap_or_default();
         return View {
             text,
             map: None,

@@ -80,16 +80,91 @@ pub const SECRET_PATTERNS: &[SecretPattern] = &[
     },
 ];
 
-fn compiled() -> &'static Vec<(usize, Regex)> {
-    static RE: OnceLock<Vec<(usize, Regex)>> = OnceLock::new();
+/// How one pattern is searched.
+enum Finder {
+    Regex(Regex),
+    /// The private-key pattern, searched in two steps with the same
+    /// leftmost-first result as its `regex`: compiled whole, its
+    /// `[\s\S]{0,8192}?` is ~65,000 NFA states (≈ 20 MB with its search
+    /// cache, more than everything else the scanner holds).
+    PrivateKey {
+        header: Regex,
+        end: Regex,
+    },
+}
+
+/// The `{0,8192}` of the private-key pattern: characters of key body
+/// before the END line (or the end of the text).
+const KEY_BODY_MAX_CHARS: usize = 8192;
+/// Matches of one pattern looked at per string.
+const MAX_MATCHES: usize = 32;
+
+impl Finder {
+    fn matches(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        match self {
+            Finder::Regex(re) => re
+                .find_iter(text)
+                .take(MAX_MATCHES)
+                .map(|m| m.range())
+                .collect(),
+            Finder::PrivateKey { header, end } => {
+                let mut out = Vec::new();
+                let mut at = 0;
+                while out.len() < MAX_MATCHES {
+                    let Some(h) = header.find_at(text, at) else {
+                        break;
+                    };
+                    // The last position the END line may start at.
+                    let limit = text[h.end()..]
+                        .char_indices()
+                        .nth(KEY_BODY_MAX_CHARS)
+                        .map_or(text.len(), |(i, _)| h.end() + i);
+                    let stop = match end.find_at(text, h.end()) {
+                        Some(e) if e.start() <= limit => Some(e.end()),
+                        _ if limit == text.len() => Some(text.len()),
+                        _ => None,
+                    };
+                    match stop {
+                        Some(stop) => {
+                            out.push(h.start()..stop);
+                            at = stop;
+                        }
+                        // No match starting here; the header begins with
+                        // ASCII `-`, so the next byte is a char boundary.
+                        None => at = h.start() + 1,
+                    }
+                }
+                out
+            }
+        }
+    }
+}
+
+fn compiled() -> &'static Vec<(usize, Finder)> {
+    static RE: OnceLock<Vec<(usize, Finder)>> = OnceLock::new();
     RE.get_or_init(|| {
         SECRET_PATTERNS
             .iter()
             .enumerate()
-            .filter_map(|(i, p)| Regex::new(p.regex).ok().map(|r| (i, r)))
+            .filter_map(|(i, p)| {
+                let finder = if p.kind == "private_key" {
+                    Finder::PrivateKey {
+                        header: Regex::new(PRIVATE_KEY_HEADER).ok()?,
+                        end: Regex::new(PRIVATE_KEY_END).ok()?,
+                    }
+                } else {
+                    Finder::Regex(Regex::new(p.regex).ok()?)
+                };
+                Some((i, finder))
+            })
             .collect()
     })
 }
+
+/// The two halves of the private-key pattern around its key body.
+const PRIVATE_KEY_HEADER: &str =
+    r"-----BEGIN ((RSA|EC|DSA|OPENSSH|ENCRYPTED|PGP) )?PRIVATE KEY( BLOCK)?-----";
+const PRIVATE_KEY_END: &str = r"-----END[ A-Z]*-----";
 
 /// One credential value located in a string.
 #[derive(Debug, Clone)]
@@ -110,18 +185,18 @@ fn is_placeholder(value: &str) -> bool {
 
 pub fn find_secrets(text: &str) -> Vec<SecretMatch> {
     let mut out: Vec<SecretMatch> = Vec::new();
-    for (i, re) in compiled() {
-        for m in re.find_iter(text).take(32) {
+    for (i, finder) in compiled() {
+        for m in finder.matches(text) {
             if out
                 .iter()
-                .any(|o| o.range.start < m.end() && m.start() < o.range.end)
+                .any(|o| o.range.start < m.end && m.start < o.range.end)
             {
                 continue;
             }
             out.push(SecretMatch {
                 kind: SECRET_PATTERNS[*i].kind,
-                range: m.range(),
-                placeholder: is_placeholder(m.as_str()),
+                placeholder: is_placeholder(&text[m.clone()]),
+                range: m,
             });
         }
     }
@@ -215,6 +290,60 @@ mod tests {
                 && out.contains("len=40"),
             "{out}"
         );
+    }
+
+    /// The two-step private-key search finds exactly what the pattern's
+    /// regex finds.
+    #[test]
+    fn private_key_search_matches_its_regex() {
+        let spec = SECRET_PATTERNS
+            .iter()
+            .find(|p| p.kind == "private_key")
+            .expect("a private_key pattern");
+        assert_eq!(
+            spec.regex,
+            format!("{PRIVATE_KEY_HEADER}[\\s\\S]{{0,8192}}?({PRIVATE_KEY_END}|\\z)"),
+            "the halves must stay in step with the documented pattern"
+        );
+        let whole = Regex::new(spec.regex).unwrap();
+        let finder = compiled()
+            .iter()
+            .find(|(i, _)| SECRET_PATTERNS[*i].kind == "private_key")
+            .map(|(_, f)| f)
+            .unwrap();
+        let body = |n: usize, c: &str| c.repeat(n);
+        let cases = vec![
+            "-----BEGIN PRIVATE KEY-----abc-----END PRIVATE KEY----- tail".to_string(),
+            "x -----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----".to_string(),
+            "-----BEGIN OPENSSH PRIVATE KEY-----unterminated".to_string(),
+            "-----BEGIN PGP PRIVATE KEY BLOCK----------END------".to_string(),
+            "-----BEGIN PRIVATE KEY-----BEGIN PRIVATE KEY-----x".to_string(),
+            "-----BEGIN EC PRIVATE KEY-----a-----END x-----END EC-----b".to_string(),
+            format!(
+                "-----BEGIN PRIVATE KEY-----{}-----END-----",
+                body(8192, "a")
+            ),
+            format!(
+                "-----BEGIN PRIVATE KEY-----{}-----END-----",
+                body(8193, "a")
+            ),
+            format!("-----BEGIN PRIVATE KEY-----{}", body(8192, "é")),
+            format!("-----BEGIN PRIVATE KEY-----{}", body(8193, "é")),
+            format!(
+                "-----BEGIN PRIVATE KEY-----{}-----BEGIN DSA PRIVATE KEY-----k",
+                body(9000, "b")
+            ),
+            format!(
+                "{}-----BEGIN PRIVATE KEY-----{}-----END PRIVATE KEY-----",
+                "-----BEGIN PRIVATE KEY-----a-----END-----".repeat(40),
+                body(8191, "ü")
+            ),
+            "no key here".to_string(),
+        ];
+        for text in &cases {
+            let expected: Vec<_> = whole.find_iter(text).take(32).map(|m| m.range()).collect();
+            assert_eq!(finder.matches(text), expected, "for {:.80}…", text);
+        }
     }
 
     #[test]

@@ -63,8 +63,8 @@ impl TaintKey {
         splitmix(splitmix(h ^ self.k0) ^ self.k1)
     }
 
-    /// Hashes of every GRAM-byte window of `text`.
-    fn grams(&self, text: &[u8], out: &mut Vec<u64>) {
+    /// Hashes of every GRAM-byte window of `text`, in order.
+    fn grams(&self, text: &[u8], mut out: impl FnMut(u64)) {
         if text.len() < GRAM {
             return;
         }
@@ -76,14 +76,14 @@ impl TaintKey {
         for &b in &text[..GRAM] {
             h = h.wrapping_mul(self.mul).wrapping_add(u64::from(b) + 1);
         }
-        out.push(self.finish(h));
+        out(self.finish(h));
         for i in GRAM..text.len() {
             let old = u64::from(text[i - GRAM]) + 1;
             h = h.wrapping_sub(old.wrapping_mul(pow));
             h = h
                 .wrapping_mul(self.mul)
                 .wrapping_add(u64::from(text[i]) + 1);
-            out.push(self.finish(h));
+            out(self.finish(h));
         }
     }
 
@@ -116,69 +116,131 @@ const SECRET_LABELS: &[&str] = &[
 ];
 
 /// Tokens of a text, each with whether a secret label precedes it.
-fn tokens(text: &str) -> Vec<(&str, bool)> {
-    let mut out = Vec::new();
+fn tokens(text: &str) -> impl Iterator<Item = (&str, bool)> {
     let mut labelled = false;
-    for raw in text.split(|c: char| !token_char(c)) {
+    text.split(|c: char| !token_char(c)).filter_map(move |raw| {
         let tok = raw.trim_matches(|c: char| matches!(c, '.' | '/' | '=' | '-' | '~'));
         if tok.is_empty() {
-            continue;
+            return None;
         }
-        out.push((tok, labelled));
-        let lower = tok.to_ascii_lowercase();
-        labelled = SECRET_LABELS
-            .iter()
-            .any(|l| lower == *l || lower.ends_with(&format!("_{l}")));
+        let this = (tok, labelled);
+        labelled = SECRET_LABELS.iter().any(|l| is_label(tok, l));
+        Some(this)
+    })
+}
+
+/// `tok` is the label `l` (lowercase ASCII) or ends with `_` + `l`, ASCII
+/// case ignored; without allocating (this runs for every token of a result).
+fn is_label(tok: &str, l: &str) -> bool {
+    let (t, l) = (tok.as_bytes(), l.as_bytes());
+    if t.len() == l.len() {
+        return t.eq_ignore_ascii_case(l);
     }
-    out
+    t.len() > l.len()
+        && t[t.len() - l.len()..].eq_ignore_ascii_case(l)
+        && t[t.len() - l.len() - 1] == b'_'
 }
 
 /// A password, key or id: long enough and not a plain word. Labelled tokens
 /// (`password: hunter2x`) count from 6 characters.
 pub fn is_distinctive(token: &str, labelled: bool) -> bool {
-    let len = token.chars().count();
+    // One pass over the token (a result's token can be megabytes long).
+    let (mut len, mut letters, mut digits, mut upper, mut lower) = (0, 0, 0, 0, 0);
+    for c in token.chars() {
+        len += 1;
+        letters += usize::from(c.is_alphabetic());
+        digits += usize::from(c.is_ascii_digit());
+        upper += usize::from(c.is_uppercase());
+        lower += usize::from(c.is_lowercase());
+    }
     if labelled && len >= 6 {
         return true;
     }
     if len < 8 {
         return false;
     }
-    let letters = token.chars().filter(|c| c.is_alphabetic()).count();
-    let digits = token.chars().filter(char::is_ascii_digit).count();
-    let upper = token.chars().filter(|c| c.is_uppercase()).count();
-    let lower = token.chars().filter(|c| c.is_lowercase()).count();
     let mixed_case = upper > 0 && lower > 0 && upper + lower == letters && upper > 1;
     (letters > 0 && digits > 0) || (len >= 20 && mixed_case) || (len >= 12 && digits == len)
+}
+
+/// The window hashes a result keeps: every distinct one whose low `shift`
+/// bits are zero, `shift` the smallest that keeps at most [`MAX_GRAMS`].
+/// Built while hashing, so a large result never holds all of its window
+/// hashes at once (8 bytes per byte of text).
+struct Sample {
+    shift: u8,
+    kept: Vec<u64>,
+}
+
+impl Sample {
+    fn new() -> Sample {
+        Sample {
+            shift: 0,
+            kept: Vec::new(),
+        }
+    }
+
+    fn mask(&self) -> u64 {
+        (1u64 << self.shift) - 1
+    }
+
+    fn add(&mut self, h: u64) {
+        if h & self.mask() != 0 {
+            return;
+        }
+        self.kept.push(h);
+        if self.kept.len() >= 4 * MAX_GRAMS {
+            self.settle();
+        }
+    }
+
+    /// Deduplicates, then raises the shift until what is kept fits. A
+    /// hash dropped at a shift is dropped at every larger one, so the
+    /// result does not depend on when this runs.
+    fn settle(&mut self) {
+        self.kept.sort_unstable();
+        self.kept.dedup();
+        while self.kept.len() > MAX_GRAMS && self.shift < 32 {
+            self.shift += 1;
+            let mask = self.mask();
+            self.kept.retain(|h| h & mask == 0);
+        }
+    }
+
+    fn finish(mut self) -> (u8, Vec<u64>) {
+        self.settle();
+        self.kept.truncate(MAX_GRAMS);
+        (self.shift, self.kept)
+    }
+}
+
+/// Keeps the `max` smallest distinct values, sorted (the same set whether
+/// applied once at the end or again as values arrive).
+fn smallest_distinct(values: &mut Vec<u64>, max: usize) {
+    values.sort_unstable();
+    values.dedup();
+    values.truncate(max);
 }
 
 /// Taint marks of one result, as stored (opaque bytes).
 pub fn result_marks(key: &TaintKey, result: &Value) -> Vec<u8> {
     let mut texts = Vec::new();
     strings(result, &mut texts);
-    let mut grams = Vec::new();
+    let mut sample = Sample::new();
     let mut toks = Vec::new();
     for text in &texts {
-        key.grams(text.as_bytes(), &mut grams);
+        key.grams(text.as_bytes(), |h| sample.add(h));
         for (tok, labelled) in tokens(text) {
             if is_distinctive(tok, labelled) {
                 toks.push(key.token(tok));
+                if toks.len() >= 4 * MAX_TOKENS {
+                    smallest_distinct(&mut toks, MAX_TOKENS);
+                }
             }
         }
     }
-    grams.sort_unstable();
-    grams.dedup();
-    toks.sort_unstable();
-    toks.dedup();
-    toks.truncate(MAX_TOKENS);
-    let mut shift = 0u8;
-    while grams.len() >> shift > MAX_GRAMS && shift < 32 {
-        shift += 1;
-    }
-    if shift > 0 {
-        let mask = (1u64 << shift) - 1;
-        grams.retain(|h| h & mask == 0);
-        grams.truncate(MAX_GRAMS);
-    }
+    let (shift, grams) = sample.finish();
+    smallest_distinct(&mut toks, MAX_TOKENS);
     let mut out = Vec::with_capacity(6 + 8 * (toks.len() + grams.len()));
     out.push(VERSION);
     out.push(shift);
@@ -271,7 +333,7 @@ impl ArgMarks {
     }
 
     fn add(&mut self, key: &TaintKey, text: &str) {
-        key.grams(text.as_bytes(), &mut self.grams);
+        key.grams(text.as_bytes(), |h| self.grams.push(h));
         // Any token of an argument may be a result's distinctive token.
         for (tok, _) in tokens(text) {
             if tok.len() >= 6 {
@@ -397,4 +459,39 @@ fn percent_decode(text: &str) -> Option<String> {
         i += 1;
     }
     String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::{is_label, SECRET_LABELS};
+
+    /// The same answer as lowercasing the token and comparing.
+    #[test]
+    fn labels_match_like_lowercased_comparison() {
+        for tok in [
+            "password",
+            "PASSWORD",
+            "db_Password",
+            "dbpassword",
+            "_key",
+            "key",
+            "KEY_",
+            "ké_key",
+            "x_KEY",
+            "pin",
+            "spin",
+            "my_pin",
+            "é",
+            "_",
+            "token_x",
+            "api-key",
+            "API_KEY",
+        ] {
+            let lower = tok.to_ascii_lowercase();
+            for l in SECRET_LABELS {
+                let expected = lower == *l || lower.ends_with(&format!("_{l}"));
+                assert_eq!(is_label(tok, l), expected, "{tok:?} vs label {l:?}");
+            }
+        }
+    }
 }

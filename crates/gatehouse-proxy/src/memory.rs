@@ -1,0 +1,38 @@
+//! The C allocator, tuned for a relay that idles for hours between frames
+//! (glibc only; elsewhere these do nothing).
+//!
+//! Measured on the wrap bench (issue 2): without tuning, memory freed by the
+//! scanner's build thread stayed in that thread's own arena, and the buffers
+//! of a 10 MB frame stayed in the heap after the frame was gone (glibc raises
+//! its mmap threshold to the size of the first large block freed, up to
+//! 32 MiB, so later large blocks come from the heap and are kept).
+
+/// One arena, and large blocks always mapped on their own. Call before any
+/// other thread starts.
+///
+/// - `M_ARENA_MAX = 1`: wrap relays on one thread; its helper threads
+///   (scanner build, sqlx's connection workers) allocate little, and each
+///   extra arena keeps its own freed memory.
+/// - `M_MMAP_THRESHOLD = 128 KiB` (glibc's default start value, now fixed):
+///   a frame buffer above it is returned to the system when it is freed.
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(unsafe_code)]
+    // SAFETY: mallopt only sets allocator parameters; it is called before
+    // the runtime or any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+    }
+}
+
+/// Returns whole free pages of the heap to the system (after a burst of
+/// temporary allocations, such as compiling the scanner's rules).
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(unsafe_code)]
+    // SAFETY: malloc_trim takes the allocator's own locks; no pointer is
+    // passed.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
