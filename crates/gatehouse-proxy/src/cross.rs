@@ -151,7 +151,7 @@ impl Cross {
         if self.store.is_none() && !self.fail_closed {
             return outputs;
         }
-        self.publish_tools(relay);
+        self.publish_tools(relay).await;
         if self.joining.is_some()
             && outputs
                 .iter()
@@ -177,8 +177,11 @@ impl Cross {
         out
     }
 
-    /// Publishes the exposed tool names when the relay judged a listing.
-    fn publish_tools<I: Inspector>(&mut self, relay: &Relay<I>) {
+    /// Publishes the exposed tool names when the relay judged a listing,
+    /// before that listing reaches the client: another server's call made
+    /// right after must already see them (shadowing). One write per
+    /// listing, never per call.
+    async fn publish_tools<I: Inspector>(&mut self, relay: &Relay<I>) {
         if relay.tools_generation() == self.tools_generation {
             return;
         }
@@ -197,15 +200,13 @@ impl Cross {
             self.me.pin_server_id.clone(),
             self.me.command_hash.clone(),
         );
-        tokio::spawn(async move {
-            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-            if let Err(err) = store
-                .set_session_tools(&me.0, &me.1, &me.2, &me.3, &refs, now_ms())
-                .await
-            {
-                warn!(%err, "could not publish the session's tools");
-            }
-        });
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        if let Err(err) = store
+            .set_session_tools(&me.0, &me.1, &me.2, &me.3, &refs, now_ms())
+            .await
+        {
+            warn!(%err, "could not publish the session's tools");
+        }
     }
 
     async fn check_call<I: Inspector>(

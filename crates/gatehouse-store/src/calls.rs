@@ -81,7 +81,8 @@ pub struct WindowSnapshot {
 pub struct ExposingServer {
     pub server_id: String,
     pub command_hash: String,
-    /// When its pin of that name was made (None: not pinned).
+    /// When its pin of that name was made; until that pin is committed,
+    /// when the name was exposed (a first sight is as old as its exposure).
     pub pinned_at_ms: Option<i64>,
 }
 
@@ -253,7 +254,8 @@ UNION ALL \
 SELECT 1, 0, server_id, '', '', updated_ms, '', NULL, NULL, tokens, cooldown_until_ms \
   FROM rate_buckets WHERE session = ?1 AND (?7 = 1 OR server_id = ?2) \
 UNION ALL \
-SELECT 2, 0, t.server_id, t.command_hash, '', 0, '', NULL, NULL, NULL, p.pinned_at_ms \
+SELECT 2, 0, t.server_id, t.command_hash, '', 0, '', NULL, NULL, NULL, \
+       COALESCE(p.pinned_at_ms, t.updated_ms) \
   FROM session_tools t LEFT JOIN pins p ON p.server_id = t.pin_server_id AND p.name = t.name \
  WHERE t.session = ?1 AND t.name = ?8";
 
@@ -922,9 +924,16 @@ mod tests {
                         ["fs", "mail"],
                         "both servers of this session, not the other"
                     );
-                    assert!(
-                        snap.exposing.iter().all(|e| e.pinned_at_ms.is_none()),
-                        "no pins yet"
+                    let mut ages: Vec<_> = snap
+                        .exposing
+                        .iter()
+                        .map(|e| (e.server_id.as_str(), e.pinned_at_ms))
+                        .collect();
+                    ages.sort_unstable();
+                    assert_eq!(
+                        ages,
+                        [("fs", Some(900)), ("mail", Some(950))],
+                        "no pins yet: each as old as its exposure"
                     );
                     CallDecision::deny(())
                 },
