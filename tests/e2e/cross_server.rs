@@ -658,9 +658,13 @@ fn a_typosquatted_package_is_held_before_it_runs_until_approved() {
 
 /// Check-and-record is atomic across processes (issue 5): K real wrap
 /// processes of one server in one session each get a call at the same
-/// moment, every round; the shared rate limit (burst 1) lets exactly one
-/// through each time, never more, never fewer. (A token comes back every
-/// 500 ms: a round only miscounts if one process stalls that long.)
+/// moment, every round. The shared rate limit (burst 1, a token every
+/// 500 ms) must never let two calls through less than 500 ms apart, as
+/// recorded in the database; a check-then-record race would let several
+/// through in the same few milliseconds. Each round normally allows exactly
+/// one; a process stalled for 500 ms on a loaded machine legitimately gets a
+/// fresh token, so the per-round count is held to 90 of 100 rounds, while
+/// the spacing must hold for every call.
 #[test]
 fn concurrent_wraps_of_one_session_allow_exactly_the_limit() {
     const K: usize = 4;
@@ -713,6 +717,27 @@ fn concurrent_wraps_of_one_session_allow_exactly_the_limit() {
         synced,
         "the {K} wraps joined and acknowledged each other within 20 s"
     );
+    // Allowed calls as the store recorded them: (id, time_ms), read every
+    // round (the window prunes rows older than its span).
+    let mut recorded: Vec<(i64, i64)> = Vec::new();
+    let read_recorded = |recorded: &mut Vec<(i64, i64)>| {
+        let after = recorded.last().map_or(0, |r| r.0);
+        let out = Command::new("sqlite3")
+            .arg("-readonly")
+            .arg(sb.gatehouse_home().join("gatehouse.db"))
+            .arg(format!(
+                "SELECT id, time_ms FROM call_window WHERE tool = 'read_note' AND id > {after} ORDER BY id"
+            ))
+            .output()
+            .expect("sqlite3 runs");
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some((id, t)) = line.split_once('|') {
+                recorded.push((id.parse().unwrap(), t.parse().unwrap()));
+            }
+        }
+    };
+    read_recorded(&mut recorded);
+    let before_rounds = recorded.len(); // none expected: start-up makes no calls
     let mut counts = Vec::with_capacity(ROUNDS);
     for round in 0..ROUNDS {
         let ids: Vec<u64> = labels
@@ -731,8 +756,26 @@ fn concurrent_wraps_of_one_session_allow_exactly_the_limit() {
             }
         }
         counts.push(allowed);
+        read_recorded(&mut recorded);
         std::thread::sleep(std::time::Duration::from_millis(560));
     }
+    let allowed_total: usize = counts.iter().sum();
+    assert_eq!(
+        recorded.len() - before_rounds,
+        allowed_total,
+        "every allowed call, and only those, is recorded"
+    );
+    let mut times: Vec<i64> = recorded.iter().map(|r| r.1).collect();
+    times.sort_unstable();
+    let too_close: Vec<i64> = times
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .filter(|gap| *gap < 499) // one token per 500 ms (float rounding: 1 ms)
+        .collect();
+    assert!(
+        too_close.is_empty(),
+        "two calls got through less than 500 ms apart (gaps in ms): {too_close:?}"
+    );
     let wrong: Vec<(usize, usize)> = counts
         .iter()
         .copied()
@@ -740,7 +783,10 @@ fn concurrent_wraps_of_one_session_allow_exactly_the_limit() {
         .filter(|(_, n)| *n != BURST)
         .collect();
     assert!(
-        wrong.is_empty(),
+        wrong.len() <= ROUNDS / 10,
         "rounds (index, allowed) that did not allow exactly {BURST} of {K}: {wrong:?}"
     );
+    if !wrong.is_empty() {
+        eprintln!("rounds off by a stalled process (spacing held): {wrong:?}");
+    }
 }

@@ -1470,102 +1470,86 @@ async fn pause_and_resume_protection() {
 
 #[tokio::test]
 async fn held_servers_are_approved_from_the_inbox() {
+    use gatehouse_store::ConsentKind::{HeldLaunch, HeldPackage};
     let (h, t) = seeded().await;
     let key = common::mac_key();
-    let ask = |kind, payload: Value| gatehouse_store::NewConsent {
-        kind,
-        server_id: "srv-files".into(),
-        tool: None,
-        payload_json: payload.to_string(),
-        created_ms: 1,
-        expires_ms: None,
-        requester_key: None,
+    // what a held wrap writes, and the person's answer in the inbox
+    let ask = |kind, payload: Value| {
+        let store = h.store.clone();
+        async move {
+            store
+                .ask_once(&gatehouse_store::NewConsent {
+                    kind,
+                    server_id: "srv-files".into(),
+                    tool: None,
+                    payload_json: payload.to_string(),
+                    created_ms: 1,
+                    expires_ms: None,
+                    requester_key: None,
+                })
+                .await
+                .unwrap()
+        }
     };
+    let answer = |id: i64, action: &'static str| {
+        let (h, t) = (&h, &t);
+        async move {
+            let r = h
+                .post(
+                    &format!("/api/consent/{id}/answer"),
+                    t,
+                    json!({ "action": action }),
+                )
+                .await;
+            r.body["state"].as_str().unwrap_or_default().to_owned()
+        }
+    };
+    let approved_launch = || async {
+        h.store
+            .launch_approval(&key, "srv-files")
+            .await
+            .unwrap()
+            .unwrap()
+            .approved
+    };
+
     // a package held as a likely typosquat: accepting approves exactly it
-    let id = h
-        .store
-        .ask_once(&ask(
-            gatehouse_store::ConsentKind::HeldPackage,
-            json!({"package": "mcp-server-fetchh", "similar_to": "mcp-server-fetch", "similarity": 0.94}),
-        ))
-        .await
-        .unwrap();
+    let id = ask(
+        HeldPackage,
+        json!({"package": "mcp-server-fetchh", "similar_to": "mcp-server-fetch", "similarity": 0.94}),
+    )
+    .await;
     let listed = h.get("/api/consent?state=pending", &t).await;
     assert!(
         listed.body.to_string().contains("held_package"),
         "{:?}",
         listed.body
     );
-    let r = h
-        .post(
-            &format!("/api/consent/{id}/answer"),
-            &t,
-            json!({"action": "accept"}),
-        )
-        .await;
-    assert_eq!(r.body["state"], "answered", "{:?}", r.body);
+    assert_eq!(answer(id, "accept").await, "answered");
     assert!(h
         .store
         .package_approved(&key, "srv-files", "mcp-server-fetchh")
         .await
         .unwrap());
+
     // a changed launch: declining keeps it held, accepting approves the fingerprint
-    h.store
-        .check_launch_approval(&key, "srv-files", "sha256:old", "{}", None, 1)
-        .await
-        .unwrap();
-    h.store
-        .check_launch_approval(&key, "srv-files", "sha256:new", "{}", None, 2)
-        .await
-        .unwrap();
+    for (fingerprint, at) in [("sha256:old", 1), ("sha256:new", 2)] {
+        h.store
+            .check_launch_approval(&key, "srv-files", fingerprint, "{}", None, at)
+            .await
+            .unwrap();
+    }
     let launch = json!({"fingerprint": "sha256:new", "launch": {"exe_path": "/usr/bin/node"}});
-    let no = h
-        .store
-        .ask_once(&ask(
-            gatehouse_store::ConsentKind::HeldLaunch,
-            launch.clone(),
-        ))
-        .await
-        .unwrap();
-    let r = h
-        .post(
-            &format!("/api/consent/{no}/answer"),
-            &t,
-            json!({"action": "decline"}),
-        )
-        .await;
-    assert_eq!(r.body["state"], "declined");
-    let approval = h
-        .store
-        .launch_approval(&key, "srv-files")
-        .await
-        .unwrap()
-        .unwrap();
+    let no = ask(HeldLaunch, launch.clone()).await;
+    assert_eq!(answer(no, "decline").await, "declined");
     assert_eq!(
-        approval.approved.as_deref(),
+        approved_launch().await.as_deref(),
         Some("sha256:old"),
         "still held"
     );
-    let yes = h
-        .store
-        .ask_once(&ask(gatehouse_store::ConsentKind::HeldLaunch, launch))
-        .await
-        .unwrap();
-    let r = h
-        .post(
-            &format!("/api/consent/{yes}/answer"),
-            &t,
-            json!({"action": "accept"}),
-        )
-        .await;
-    assert_eq!(r.body["state"], "answered", "{:?}", r.body);
-    let approval = h
-        .store
-        .launch_approval(&key, "srv-files")
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(approval.approved.as_deref(), Some("sha256:new"));
+    let yes = ask(HeldLaunch, launch).await;
+    assert_eq!(answer(yes, "accept").await, "answered");
+    assert_eq!(approved_launch().await.as_deref(), Some("sha256:new"));
     let events = h.get("/api/events?type=package_approved", &t).await;
     assert!(
         events.body.to_string().contains("mcp-server-fetchh"),
