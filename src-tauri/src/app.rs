@@ -144,12 +144,8 @@ fn on_menu<R: Runtime>(app: &AppHandle<R>, id: &str) {
         MenuAction::OpenDashboard => show_dashboard(app, "/"),
         MenuAction::ToggleClient(client) => shell.toggle_client(&client).map_err(Into::into),
         MenuAction::ProtectAll => shell.protect_all().map_err(Into::into),
-        MenuAction::Pause(min) => shell
-            .set_protection(state::Protection::paused_for(shell.now_ms(), min))
-            .map_err(Into::into),
-        MenuAction::Resume => shell
-            .set_protection(state::Protection::Active)
-            .map_err(Into::into),
+        MenuAction::Pause(min) => shell.pause(min).map_err(Into::into),
+        MenuAction::Resume => shell.resume().map_err(Into::into),
         MenuAction::ToggleAutostart => {
             toggle_autostart(app);
             Ok(())

@@ -53,8 +53,11 @@ pub trait Backend: Send + Sync + 'static {
     fn set_client_protected(&self, id: &str, protected: bool) -> Result<(), BackendError>;
     /// The stored protection mode (may be a pause that is already over).
     fn protection(&self) -> Result<Protection, BackendError>;
-    /// Stores the protection mode every wrap process follows.
-    fn set_protection(&self, protection: Protection) -> Result<(), BackendError>;
+    /// Pauses protection for every wrap process: audit only for `minutes`
+    /// from `now_ms`, then it resumes by itself.
+    fn pause(&self, now_ms: i64, minutes: u32) -> Result<(), BackendError>;
+    /// Ends a pause now.
+    fn resume(&self, now_ms: i64) -> Result<(), BackendError>;
     /// New notices since the previous call, and the attention count.
     fn poll(&self, now_ms: i64) -> Result<Poll, BackendError>;
     /// A URL that shows `route` in the dashboard, signed in (one-time link).
@@ -129,8 +132,13 @@ impl Backend for MemoryBackend {
         Ok(self.lock().protection)
     }
 
-    fn set_protection(&self, protection: Protection) -> Result<(), BackendError> {
-        self.lock().protection = protection;
+    fn pause(&self, now_ms: i64, minutes: u32) -> Result<(), BackendError> {
+        self.lock().protection = Protection::paused_for(now_ms, minutes);
+        Ok(())
+    }
+
+    fn resume(&self, _now_ms: i64) -> Result<(), BackendError> {
+        self.lock().protection = Protection::Active;
         Ok(())
     }
 

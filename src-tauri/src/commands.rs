@@ -11,8 +11,9 @@ use crate::menu::ClientItem;
 use crate::state::{self, Protection, TrayStatus};
 use crate::Shell;
 
-/// Longest pause the commands accept (24 h); the menu offers up to 8 h.
-pub const MAX_PAUSE_MIN: u32 = 24 * 60;
+/// Longest pause the commands accept: the control plane's (24 h); the menu
+/// offers up to 8 h.
+pub use gatehouse_server::protection::MAX_PAUSE_MIN;
 
 /// A command failure the page can show as is.
 #[derive(Debug, thiserror::Error)]
@@ -76,7 +77,7 @@ pub fn pause_protection<R: Runtime>(
     if minutes == 0 || minutes > MAX_PAUSE_MIN {
         return Err(CommandError::InvalidPause(minutes));
     }
-    shell.set_protection(Protection::paused_for(shell.now_ms(), minutes))?;
+    shell.pause(minutes)?;
     crate::app::refresh_tray(&app);
     Ok(view(&shell))
 }
@@ -87,7 +88,7 @@ pub fn resume_protection<R: Runtime>(
     app: AppHandle<R>,
     shell: State<'_, Shell>,
 ) -> Result<StatusView, CommandError> {
-    shell.set_protection(Protection::Active)?;
+    shell.resume()?;
     crate::app::refresh_tray(&app);
     Ok(view(&shell))
 }

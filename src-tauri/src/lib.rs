@@ -118,9 +118,18 @@ impl Shell {
         Ok(())
     }
 
-    pub fn set_protection(&self, protection: Protection) -> Result<(), BackendError> {
-        self.backend.set_protection(protection)?;
-        lock(&self.snapshot).protection = protection;
+    /// Pauses protection for `minutes` (audit only; resumes by itself).
+    pub fn pause(&self, minutes: u32) -> Result<(), BackendError> {
+        let now = self.now_ms();
+        self.backend.pause(now, minutes)?;
+        lock(&self.snapshot).protection = Protection::paused_for(now, minutes);
+        Ok(())
+    }
+
+    /// Ends a pause now.
+    pub fn resume(&self) -> Result<(), BackendError> {
+        self.backend.resume(self.now_ms())?;
+        lock(&self.snapshot).protection = Protection::Active;
         Ok(())
     }
 
@@ -351,9 +360,7 @@ mod tests {
     #[test]
     fn pause_resumes_by_itself() {
         let (shell, backend, now) = fixture();
-        shell
-            .set_protection(Protection::paused_for(T0, state::DEFAULT_PAUSE_MIN))
-            .unwrap();
+        shell.pause(state::DEFAULT_PAUSE_MIN).unwrap();
         shell.tick().unwrap();
         assert!(matches!(
             backend.protection().unwrap(),
@@ -377,15 +384,13 @@ mod tests {
         let (shell, backend, _) = fixture();
         shell.tick().unwrap();
         // e.g. `gatehouse pause` or the dashboard
-        backend
-            .set_protection(Protection::paused_for(T0, 15))
-            .unwrap();
+        backend.pause(T0, 15).unwrap();
         assert!(shell.tick().unwrap().changed, "redrawn");
         assert_eq!(
             shell.tray_status().protection,
             Protection::paused_for(T0, 15)
         );
-        backend.set_protection(Protection::Active).unwrap();
+        backend.resume(T0).unwrap();
         assert!(shell.tick().unwrap().changed, "resumed elsewhere");
         assert_eq!(shell.tray_status().protection, Protection::Active);
     }

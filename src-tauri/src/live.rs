@@ -135,12 +135,7 @@ pub fn start() -> Result<Started, StartError> {
             exe,
             // Without a keyring, entries without secrets still protect; an
             // entry with a plain-text secret fails with the keyring's error.
-            vault: keyring.unwrap_or_else(|| {
-                Arc::new(
-                    gatehouse_vault::KeyringVault::new()
-                        .with_timeout(std::time::Duration::from_secs(2)),
-                )
-            }),
+            vault: keyring.unwrap_or_else(|| Arc::new(gatehouse_server::keyring())),
             dirs: dirs.clone(),
         }),
         _ => None,
@@ -251,6 +246,16 @@ struct LiveBackend {
     events: Option<StoreSource>,
 }
 
+impl LiveBackend {
+    /// The database and key the pause row needs.
+    fn pause_row(&self) -> Result<(&Store, &MacKey), BackendError> {
+        self.pause
+            .as_ref()
+            .map(|(store, key)| (store, key))
+            .ok_or_else(|| BackendError::Store("no database: nothing to pause".into()))
+    }
+}
+
 impl Backend for LiveBackend {
     fn clients(&self) -> Result<Vec<ClientItem>, BackendError> {
         Ok(gatehouse_clients::detect(&self.dirs, &[])
@@ -300,28 +305,22 @@ impl Backend for LiveBackend {
         }
     }
 
-    fn set_protection(&self, protection: Protection) -> Result<(), BackendError> {
-        let (store, key) = self
-            .pause
-            .as_ref()
-            .ok_or_else(|| BackendError::Store("no database: nothing to pause".into()))?;
-        let now = gatehouse_store::now_ms();
-        let done = match protection {
-            Protection::Paused { until_ms } => {
-                // whole minutes, rounded up (the menu offers whole minutes)
-                let minutes = u32::try_from((until_ms - now + 59_999) / 60_000)
-                    .unwrap_or(u32::MAX)
-                    .max(1);
-                block(gatehouse_server::protection::pause(
-                    store, key, minutes, now, "the tray",
-                ))
-                .map(|_| ())
-            }
-            Protection::Active => {
-                block(gatehouse_server::protection::resume(store, now, "the tray")).map(|_| ())
-            }
-        };
-        done.map_err(|e| BackendError::Store(e.to_string()))
+    fn pause(&self, now_ms: i64, minutes: u32) -> Result<(), BackendError> {
+        let (store, key) = self.pause_row()?;
+        block(gatehouse_server::protection::pause(
+            store, key, minutes, now_ms, "the tray",
+        ))
+        .map(|_| ())
+        .map_err(|e| BackendError::Store(e.to_string()))
+    }
+
+    fn resume(&self, now_ms: i64) -> Result<(), BackendError> {
+        let (store, _) = self.pause_row()?;
+        block(gatehouse_server::protection::resume(
+            store, now_ms, "the tray",
+        ))
+        .map(|_| ())
+        .map_err(|e| BackendError::Store(e.to_string()))
     }
 
     fn poll(&self, now_ms: i64) -> Result<Poll, BackendError> {

@@ -7,14 +7,11 @@
 //! its mmap threshold to the size of the first large block freed, up to
 //! 32 MiB, so later large blocks come from the heap and are kept).
 
-/// One arena, and large blocks always mapped on their own. Call before any
-/// other thread starts.
-///
-/// - `M_ARENA_MAX = 1`: wrap relays on one thread; its helper threads
-///   (scanner build, sqlx's connection workers) allocate little, and each
-///   extra arena keeps its own freed memory.
-/// - `M_MMAP_THRESHOLD = 128 KiB` (glibc's default start value, now fixed):
-///   a frame buffer above it is returned to the system when it is freed.
+/// Large blocks always mapped on their own: `M_MMAP_THRESHOLD = 128 KiB`
+/// (glibc's default start value, now fixed), so a frame buffer above it is
+/// returned to the system when it is freed. Call before any other thread
+/// starts. (`M_ARENA_MAX = 1` was measured and dropped: the scanner's build
+/// thread then held the one arena's lock against start-up; BENCHMARKS.md.)
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     #[allow(unsafe_code)]

@@ -205,11 +205,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     if let Some(reason) = &launch_held {
         eprintln!("gatehouse: {server_name}: {reason}");
     }
-    let wants_secrets = args.iter().any(|a| a.contains("{{vault:"))
-        || server_settings
-            .env
-            .values()
-            .any(|v| matches!(v, gatehouse_config::EnvValue::Vault(_)));
+    let wants_secrets = wants_vault(&args, &server_settings);
     if !mismatch && launch_held.is_none() {
         let injected = inject_secrets(
             &opts,
@@ -1159,6 +1155,16 @@ struct Injected {
     keyring_unreadable: Option<String>,
 }
 
+/// Whether the launch names vault secrets: a `{{vault:NAME}}` argument or a
+/// `vault:` reference in the policy's per-server env.
+fn wants_vault(args: &[String], server: &gatehouse_config::ServerSettings) -> bool {
+    args.iter().any(|a| a.contains("{{vault:"))
+        || server
+            .env
+            .values()
+            .any(|v| matches!(v, gatehouse_config::EnvValue::Vault(_)))
+}
+
 /// Secrets for this server: `{{vault:NAME}}` in args, `vault:` references in
 /// the policy's per-server env. Failures are reported by name, never value.
 fn inject_secrets(
@@ -1172,11 +1178,7 @@ fn inject_secrets(
 ) -> Injected {
     let mut fingerprints = Vec::new();
     let mut keyring_unreadable: Option<String> = None;
-    let wants_vault = args.iter().any(|a| a.contains("{{vault:"))
-        || server
-            .env
-            .values()
-            .any(|v| matches!(v, gatehouse_config::EnvValue::Vault(_)));
+    let wants_vault = wants_vault(args, server);
     // Secrets it is known to need (a `vault:` reference or a placeholder):
     // without them a locked keyring is a failure `fail_closed` decides.
     let needs_secrets = wants_vault || env.iter().any(|(_, v)| v.contains("{{vault:"));

@@ -230,14 +230,16 @@ impl AppState {
     }
 }
 
-/// `/signin#t=<token>`: the token rides in the fragment, which browsers
-/// never send to servers or in `Referer`.
+/// The OS keyring as the control plane uses it: every call answers within 2 s.
+pub fn keyring() -> gatehouse_vault::KeyringVault {
+    gatehouse_vault::KeyringVault::new().with_timeout(std::time::Duration::from_secs(2))
+}
+
 /// The OS keyring for the dashboard's Secrets page and protect, when it
 /// answers within 2 s; `None` (said on stderr) otherwise.
 pub async fn probe_keyring() -> Option<Arc<dyn gatehouse_vault::Vault>> {
     let probe = tokio::task::spawn_blocking(|| {
-        let vault =
-            gatehouse_vault::KeyringVault::new().with_timeout(std::time::Duration::from_secs(2));
+        let vault = keyring();
         vault.probe().map(|_| vault)
     });
     match probe.await {
@@ -250,6 +252,8 @@ pub async fn probe_keyring() -> Option<Arc<dyn gatehouse_vault::Vault>> {
     }
 }
 
+/// `/signin#t=<token>`: the token rides in the fragment, which browsers
+/// never send to servers or in `Referer`.
 pub fn signin_path(token: &str) -> String {
     format!("/signin#t={token}")
 }
