@@ -12,9 +12,13 @@
 //! * idle RSS of wrap after 1,000 calls (`VmRSS`), peak RSS with one 10 MB
 //!   frame each way (`VmHWM`).
 //! * cold start: spawn → `initialize` answer, paired wrap vs direct.
+//! * the floor: the same 1 KB and 8-process measurements through
+//!   `plain_relay` (the `plain_relay` example: copies lines, inspects
+//!   nothing), what any process in the middle adds on this machine.
 //!
 //! Environment: `GATEHOUSE_BIN` / `ECHO_PEER` override the binaries;
-//! `BENCH_PAIRS` overrides the 1 KB pair count (default 10,000).
+//! `BENCH_PAIRS` overrides the 1 KB pair count (default 10,000);
+//! `BENCH_ONLY=session` runs only the 8-process tables.
 #![allow(clippy::print_stdout)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -47,7 +51,13 @@ fn cargo_build(args: &[&str]) {
     assert!(status.success(), "cargo build --release {args:?} failed");
 }
 
-fn binaries() -> (PathBuf, PathBuf) {
+struct Binaries {
+    gatehouse: PathBuf,
+    peer: PathBuf,
+    plain_relay: PathBuf,
+}
+
+fn binaries() -> Binaries {
     let gatehouse = match std::env::var_os("GATEHOUSE_BIN") {
         Some(p) => PathBuf::from(p),
         None => {
@@ -62,7 +72,12 @@ fn binaries() -> (PathBuf, PathBuf) {
             target_dir().join("release/examples/echo_peer")
         }
     };
-    (gatehouse, peer)
+    cargo_build(&["-p", "gatehouse-proxy", "--example", "plain_relay"]);
+    Binaries {
+        gatehouse,
+        peer,
+        plain_relay: target_dir().join("release/examples/plain_relay"),
+    }
 }
 
 /// One MCP server process (direct or wrapped) with line I/O.
@@ -240,8 +255,14 @@ fn cold_start(argv: &[String], home: &Path) -> Duration {
 /// Issue 5: `SERVERS` wrap processes of one client session (this process)
 /// call concurrently, half reading, half sending, each paired with a direct
 /// peer; every wrapped call goes through the session's shared check.
-/// Returns the added latency of each pair (µs).
-fn session_latency(gatehouse: &Path, peer_bin: &Path, home: &Path, pairs: usize) -> Vec<f64> {
+/// `wrapper(i)` is the argv put before the peer's (`gatehouse wrap …` or the
+/// plain relay). Returns the added latency of each pair (µs).
+fn session_latency(
+    wrapper: impl Fn(usize) -> Vec<String>,
+    peer_bin: &Path,
+    home: &Path,
+    pairs: usize,
+) -> Vec<f64> {
     const SERVERS: usize = 8;
     let barrier = std::sync::Arc::new(std::sync::Barrier::new(SERVERS));
     let threads: Vec<_> = (0..SERVERS)
@@ -252,13 +273,7 @@ fn session_latency(gatehouse: &Path, peer_bin: &Path, home: &Path, pairs: usize)
                 ("send_message", "s")
             };
             let peer = vec![peer_bin.display().to_string(), tool.to_string()];
-            let mut wrapped = vec![
-                gatehouse.display().to_string(),
-                "wrap".into(),
-                "--server".into(),
-                format!("session-{i}"),
-                "--".into(),
-            ];
+            let mut wrapped = wrapper(i);
             wrapped.extend(peer.iter().cloned());
             let home = home.to_path_buf();
             let barrier = barrier.clone();
@@ -298,7 +313,11 @@ fn session_latency(gatehouse: &Path, peer_bin: &Path, home: &Path, pairs: usize)
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
-    let (gatehouse, peer_bin) = binaries();
+    let Binaries {
+        gatehouse,
+        peer: peer_bin,
+        plain_relay,
+    } = binaries();
     let home = tempfile::tempdir().expect("temp home");
     let home = home.path().to_path_buf();
     // Tens of thousands of back-to-back calls are a burst by design; the
@@ -322,6 +341,10 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(10_000);
 
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("session") {
+        session_tables(&gatehouse, &plain_relay, &peer_bin, &home, pairs_1k);
+        return;
+    }
     // First wrap run creates the database and pins `echo` (first sight).
     let first = cold_start(&wrap_argv, &home);
 
@@ -339,7 +362,7 @@ fn main() {
     let idle_rss = wrap.status_kb("VmRSS:");
     let idle_hwm = wrap.status_kb("VmHWM:");
 
-    let rows = vec![
+    let mut rows = vec![
         latency("1 KB", 1024, pairs_1k, &mut direct, &mut wrap),
         latency(
             "100 KB",
@@ -356,8 +379,22 @@ fn main() {
             &mut wrap,
         ),
     ];
-    direct.stop();
     wrap.stop();
+    let plain_argv = vec![
+        plain_relay.display().to_string(),
+        peer_bin.display().to_string(),
+    ];
+    let mut plain = Peer::spawn(&plain_argv, &home);
+    plain.initialize();
+    rows.push(latency(
+        "1 KB, plain relay (floor)",
+        1024,
+        pairs_1k,
+        &mut direct,
+        &mut plain,
+    ));
+    plain.stop();
+    direct.stop();
 
     // Peak RSS with one 10 MB frame each way, in a fresh wrap process.
     let mut wrap = Peer::spawn(&wrap_argv, &home);
@@ -425,8 +462,29 @@ fn main() {
         us(first) / 1e3
     );
 
+    session_tables(&gatehouse, &plain_relay, &peer_bin, &home, pairs_1k);
+}
+
+fn session_tables(
+    gatehouse: &Path,
+    plain_relay: &Path,
+    peer_bin: &Path,
+    home: &Path,
+    pairs_1k: usize,
+) {
     let per_server = (pairs_1k / 8).max(100);
-    let session = sorted(session_latency(&gatehouse, &peer_bin, &home, per_server));
+    let wrap_of = |i: usize| {
+        vec![
+            gatehouse.display().to_string(),
+            "wrap".into(),
+            "--server".into(),
+            format!("session-{i}"),
+            "--".into(),
+        ]
+    };
+    let session = sorted(session_latency(wrap_of, peer_bin, home, per_server));
+    let plain_of = |_: usize| vec![plain_relay.display().to_string()];
+    let floor = sorted(session_latency(plain_of, peer_bin, home, per_server));
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!();
     println!("| 8 wrap processes of one session, concurrent, 1 KB, read/send mix | pairs | added p50 µs (target ≤ 100) | added p99 µs | cores |");
@@ -436,5 +494,11 @@ fn main() {
         session.len(),
         percentile(&session, 0.5),
         percentile(&session, 0.99)
+    );
+    println!(
+        "| plain relay (floor) | {} | {:.1} | {:.1} | {cores} |",
+        floor.len(),
+        percentile(&floor, 0.5),
+        percentile(&floor, 0.99)
     );
 }

@@ -234,7 +234,9 @@ async fn load_entries(
 /// every call since ?5 (each an index range; `i64::MAX` skips one); kind 3
 /// the session's oldest call time (decides pruning); kind 1 a bucket; kind 2
 /// a server exposing the called tool.
-pub(crate) const SNAPSHOT_SQL: &str = "\
+macro_rules! snapshot_sql {
+    () => {
+        "\
 SELECT 0 AS kind, id, server_id, tool, category, time_ms, outcome, detail, \
        CASE WHEN ?6 THEN result END AS result, NULL AS num, NULL AS num2 \
   FROM call_window INDEXED BY call_window_session_category_time \
@@ -257,7 +259,18 @@ UNION ALL \
 SELECT 2, 0, t.server_id, t.command_hash, '', 0, '', NULL, NULL, NULL, \
        COALESCE(p.pinned_at_ms, t.updated_ms) \
   FROM session_tools t LEFT JOIN pins p ON p.server_id = t.pin_server_id AND p.name = t.name \
- WHERE t.session = ?1 AND t.name = ?8";
+ WHERE t.session = ?1 AND t.name = ?8"
+    };
+}
+#[cfg(test)]
+pub(crate) const SNAPSHOT_SQL: &str = snapshot_sql!();
+/// The snapshot batch of [`check_locked`]: takes the write lock and reads.
+const LOCK_AND_SNAPSHOT_SQL: &str = concat!("BEGIN IMMEDIATE; ", snapshot_sql!());
+/// The decision batch's statements (binds: see `check_locked`).
+const RECORD_SQL: &str = "INSERT INTO call_window \
+    (session, server_id, tool, category, time_ms, outcome, detail) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id; ";
+const PRUNE_SQL: &str = "DELETE FROM call_window WHERE session = ?1 AND time_ms < ?11; ";
 
 #[derive(sqlx::FromRow)]
 struct SnapshotRow {
@@ -272,6 +285,141 @@ struct SnapshotRow {
     result: Option<Vec<u8>>,
     num: Option<f64>,
     num2: Option<i64>,
+}
+
+/// [`Store::check_call`] on one connection: the batch `BEGIN IMMEDIATE;
+/// snapshot`, the decision, then the batch `writes…; COMMIT`. On an error
+/// the caller rolls back.
+#[allow(clippy::too_many_arguments)]
+async fn check_locked<V, F>(
+    conn: &mut SqliteConnection,
+    session: &str,
+    now_ms: i64,
+    clock: Option<fn() -> i64>,
+    window_ms: i64,
+    load: WindowLoad,
+    exposing: Option<&str>,
+    call: NewCall,
+    decide: F,
+) -> Result<CheckOutcome<V>>
+where
+    F: FnOnce(&WindowSnapshot) -> CallDecision<V> + Send,
+    V: Send,
+{
+    // The snapshot's ranges come from the clock before the lock; the
+    // decision uses the clock after it (`judge` filters by time itself, and
+    // an earlier start only loads more rows).
+    let read_ms = clock.map_or(now_ms, |clock| now_ms.max(clock()));
+    let since = |back: Option<i64>| back.map_or(i64::MAX, |b| read_ms.saturating_sub(b));
+    let (other_reads_since, with_results, own_since, all_since) = match load {
+        WindowLoad::All => (i64::MAX, false, i64::MAX, read_ms.saturating_sub(window_ms)),
+        WindowLoad::Lean {
+            other_reads_ms,
+            with_results,
+            own_ms,
+        } => (since(other_reads_ms), with_results, since(own_ms), i64::MAX),
+    };
+    let all_buckets = matches!(load, WindowLoad::All);
+    let rows: Vec<SnapshotRow> = sqlx::query_as(LOCK_AND_SNAPSHOT_SQL)
+        .bind(session)
+        .bind(&call.server_id)
+        .bind(other_reads_since)
+        .bind(own_since)
+        .bind(all_since)
+        .bind(with_results)
+        .bind(i64::from(all_buckets))
+        .bind(exposing.unwrap_or(""))
+        .fetch_all(&mut *conn)
+        .await?;
+    let now_ms = clock.map_or(read_ms, |clock| read_ms.max(clock()));
+    let window_start_ms = now_ms.saturating_sub(window_ms);
+    let mut oldest: Option<i64> = None;
+    let mut entries = Vec::new();
+    let mut buckets = Vec::new();
+    let mut exposing_rows = Vec::new();
+    for row in rows {
+        match row.kind {
+            0 => entries.push(WindowEntry::from(EntryRow {
+                id: row.id,
+                server_id: row.server_id,
+                tool: row.tool,
+                category: row.category,
+                time_ms: row.time_ms.unwrap_or(0),
+                outcome: row.outcome,
+                detail: row.detail,
+                result: row.result,
+            })),
+            3 => oldest = row.time_ms,
+            1 => buckets.push(rate_buckets::parse_parts(
+                row.server_id,
+                row.num.unwrap_or(f64::NAN),
+                row.time_ms.unwrap_or(0),
+                row.num2.unwrap_or(0),
+            )?),
+            _ => exposing_rows.push(ExposingServer {
+                server_id: row.server_id,
+                command_hash: row.tool,
+                pinned_at_ms: row.num2,
+            }),
+        }
+    }
+    entries.sort_by_key(|e| (e.time_ms, e.call.id));
+    buckets.sort_by(|a, b| a.0.cmp(&b.0));
+    let snapshot = WindowSnapshot {
+        session: session.to_owned(),
+        now_ms,
+        window_start_ms,
+        entries,
+        buckets,
+        exposing: exposing_rows,
+    };
+    let decision = decide(&snapshot);
+    drop(snapshot);
+
+    let prune =
+        oldest.is_some_and(|oldest| oldest < now_ms.saturating_sub(window_ms.saturating_mul(2)));
+    let bucket = decision.bucket.as_ref();
+    if let Some(bucket) = bucket {
+        rate_buckets::check(bucket)?;
+    }
+    let mut sql = String::new();
+    if decision.record {
+        sql.push_str(RECORD_SQL);
+    }
+    if bucket.is_some() {
+        sql.push_str(rate_buckets::STORE_SQL);
+    }
+    if prune {
+        sql.push_str(PRUNE_SQL);
+    }
+    sql.push_str("COMMIT");
+    let (tokens, updated_ms, cooldown_until_ms) = bucket.map_or((0.0, 0, 0), |b| {
+        (b.tokens, b.updated_ms, b.cooldown_until_ms)
+    });
+    // Only fixed statements, every value bound.
+    let ids: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .bind(session)
+        .bind(&call.server_id)
+        .bind(&call.tool)
+        .bind(&call.category)
+        .bind(now_ms)
+        .bind(&call.outcome)
+        .bind(&call.detail)
+        .bind(tokens)
+        .bind(updated_ms)
+        .bind(cooldown_until_ms)
+        .bind(window_start_ms)
+        .fetch_all(&mut *conn)
+        .await?;
+    let recorded = match (decision.record, ids.first()) {
+        (true, Some(&id)) => Some(CallId {
+            id,
+            time_ms: now_ms,
+        }),
+        (true, None) => return Err(StoreError::Invalid("the call was not recorded")),
+        (false, _) => None,
+    };
+    Ok(CheckOutcome { decision, recorded })
 }
 
 impl Store {
@@ -332,106 +480,23 @@ impl Store {
             return Err(StoreError::Invalid("window must be positive"));
         }
         let _gate = self.write_gate().await;
-        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
-        let now_ms = clock.map_or(now_ms, |clock| now_ms.max(clock()));
-        let window_start_ms = now_ms.saturating_sub(window_ms);
-        let since = |back: Option<i64>| back.map_or(i64::MAX, |b| now_ms.saturating_sub(b));
-        let (other_reads_since, with_results, own_since, all_since) = match load {
-            WindowLoad::All => (i64::MAX, false, i64::MAX, window_start_ms),
-            WindowLoad::Lean {
-                other_reads_ms,
-                with_results,
-                own_ms,
-            } => (since(other_reads_ms), with_results, since(own_ms), i64::MAX),
-        };
-        let all_buckets = matches!(load, WindowLoad::All);
-        let rows: Vec<SnapshotRow> = sqlx::query_as(SNAPSHOT_SQL)
-            .bind(session)
-            .bind(&call.server_id)
-            .bind(other_reads_since)
-            .bind(own_since)
-            .bind(all_since)
-            .bind(with_results)
-            .bind(i64::from(all_buckets))
-            .bind(exposing.unwrap_or(""))
-            .fetch_all(&mut *tx)
-            .await?;
-        let mut oldest: Option<i64> = None;
-        let mut entries = Vec::new();
-        let mut buckets = Vec::new();
-        let mut exposing_rows = Vec::new();
-        for row in rows {
-            match row.kind {
-                0 => entries.push(WindowEntry::from(EntryRow {
-                    id: row.id,
-                    server_id: row.server_id,
-                    tool: row.tool,
-                    category: row.category,
-                    time_ms: row.time_ms.unwrap_or(0),
-                    outcome: row.outcome,
-                    detail: row.detail,
-                    result: row.result,
-                })),
-                3 => oldest = row.time_ms,
-                1 => buckets.push(rate_buckets::parse_parts(
-                    row.server_id,
-                    row.num.unwrap_or(f64::NAN),
-                    row.time_ms.unwrap_or(0),
-                    row.num2.unwrap_or(0),
-                )?),
-                _ => exposing_rows.push(ExposingServer {
-                    server_id: row.server_id,
-                    command_hash: row.tool,
-                    pinned_at_ms: row.num2,
-                }),
+        let mut conn = self.pool().acquire().await?;
+        // The write lock is taken by the statement batch that also reads the
+        // snapshot, and released by the one that writes the decision: held
+        // across one hop to sqlx's worker thread and back instead of three
+        // (with several wrap processes calling at once, each hop is a
+        // scheduler wake-up the others wait behind).
+        let outcome = check_locked(
+            &mut conn, session, now_ms, clock, window_ms, load, exposing, call, decide,
+        )
+        .await;
+        if outcome.is_err() {
+            // Whatever failed, the transaction must not outlive this call.
+            if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
+                conn.close_on_drop();
             }
         }
-        entries.sort_by_key(|e| (e.time_ms, e.call.id));
-        buckets.sort_by(|a, b| a.0.cmp(&b.0));
-        let snapshot = WindowSnapshot {
-            session: session.to_owned(),
-            now_ms,
-            window_start_ms,
-            entries,
-            buckets,
-            exposing: exposing_rows,
-        };
-        let decision = decide(&snapshot);
-        drop(snapshot);
-
-        let mut recorded = None;
-        if decision.record {
-            let id: i64 = sqlx::query_scalar(
-                "INSERT INTO call_window (session, server_id, tool, category, time_ms, outcome, detail) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-            )
-            .bind(session)
-            .bind(&call.server_id)
-            .bind(&call.tool)
-            .bind(&call.category)
-            .bind(now_ms)
-            .bind(&call.outcome)
-            .bind(&call.detail)
-            .fetch_one(&mut *tx)
-            .await?;
-            recorded = Some(CallId {
-                id,
-                time_ms: now_ms,
-            });
-        }
-        if let Some(bucket) = &decision.bucket {
-            rate_buckets::store(&mut tx, session, &call.server_id, bucket).await?;
-        }
-        if oldest.is_some_and(|oldest| oldest < now_ms.saturating_sub(window_ms.saturating_mul(2)))
-        {
-            sqlx::query("DELETE FROM call_window WHERE session = ? AND time_ms < ?")
-                .bind(session)
-                .bind(window_start_ms)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(CheckOutcome { decision, recorded })
+        outcome
     }
 
     /// Replaces the tool names `server_id` exposes in `session` (shadowing).

@@ -331,22 +331,74 @@ fn validate(event: &NewEvent) -> Result<()> {
     Ok(())
 }
 
-async fn insert_one(
-    conn: &mut sqlx::SqliteConnection,
-    event: &NewEvent,
-    aggregation_ms: i64,
-) -> Result<i64> {
+/// Identical events of one aggregation slot in a batch, folded before they
+/// are written: the row the database's own aggregation would make, from one
+/// statement instead of one per event.
+#[derive(Clone, Copy)]
+struct Folded<'a> {
+    event: &'a NewEvent,
+    key: Option<i64>,
+    count: i64,
+    last_time_ms: i64,
+}
+
+fn fold(events: &[NewEvent], aggregation_ms: i64) -> Vec<Folded<'_>> {
+    let mut folded: Vec<Folded<'_>> = Vec::new();
+    let mut by_key: std::collections::HashMap<i64, usize> = std::collections::HashMap::new();
+    for event in events {
+        let key = aggregation_key(event, aggregation_ms);
+        if let Some(key) = key {
+            if let Some(&at) = by_key.get(&key) {
+                let into = &mut folded[at];
+                // The key is a hash: fold only what the database would.
+                if same_aggregate(into.event, event) {
+                    into.count += 1;
+                    into.last_time_ms = into.last_time_ms.max(event.time_ms);
+                    continue;
+                }
+            } else {
+                by_key.insert(key, folded.len());
+            }
+        }
+        folded.push(Folded {
+            event,
+            key,
+            count: 1,
+            last_time_ms: event.time_ms,
+        });
+    }
+    folded
+}
+
+/// The fields the aggregation upsert compares (its `WHERE`).
+fn same_aggregate(a: &NewEvent, b: &NewEvent) -> bool {
+    a.event_type == b.event_type
+        && a.server_id == b.server_id
+        && a.tool == b.tool
+        && a.action == b.action
+        && a.rule == b.rule
+        && a.severity == b.severity
+        && a.session == b.session
+}
+
+async fn insert_one(conn: &mut sqlx::SqliteConnection, one: &Folded<'_>) -> Result<i64> {
+    let Folded {
+        event,
+        key,
+        count,
+        last_time_ms,
+    } = *one;
     validate(event)?;
-    let key = aggregation_key(event, aggregation_ms);
     if key.is_some() {
         // The WHERE guards against a hash collision folding two
         // different events: then nothing is returned and we insert plain.
         let folded: Option<i64> = sqlx::query_scalar(
             "INSERT INTO events (time_ms, last_time_ms, type, server_id, tool, action, rule, \
                                  severity, reason, evidence, session, count, agg_key) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
              ON CONFLICT (agg_key) WHERE agg_key IS NOT NULL DO UPDATE SET \
-                 count = count + 1, last_time_ms = MAX(last_time_ms, excluded.last_time_ms) \
+                 count = count + excluded.count, \
+                 last_time_ms = MAX(last_time_ms, excluded.last_time_ms) \
              WHERE type = excluded.type AND server_id IS excluded.server_id \
                AND tool IS excluded.tool AND action = excluded.action \
                AND rule IS excluded.rule AND severity = excluded.severity \
@@ -354,7 +406,7 @@ async fn insert_one(
              RETURNING id",
         )
         .bind(event.time_ms)
-        .bind(event.time_ms)
+        .bind(last_time_ms)
         .bind(&event.event_type)
         .bind(&event.server_id)
         .bind(&event.tool)
@@ -364,6 +416,7 @@ async fn insert_one(
         .bind(&event.reason)
         .bind(&event.evidence_json)
         .bind(&event.session)
+        .bind(count)
         .bind(key)
         .fetch_optional(&mut *conn)
         .await?;
@@ -374,10 +427,10 @@ async fn insert_one(
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO events (time_ms, last_time_ms, type, server_id, tool, action, rule, \
                              severity, reason, evidence, session, count, agg_key) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL) RETURNING id",
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL) RETURNING id",
     )
     .bind(event.time_ms)
-    .bind(event.time_ms)
+    .bind(last_time_ms)
     .bind(&event.event_type)
     .bind(&event.server_id)
     .bind(&event.tool)
@@ -387,6 +440,7 @@ async fn insert_one(
     .bind(&event.reason)
     .bind(&event.evidence_json)
     .bind(&event.session)
+    .bind(count)
     .fetch_one(&mut *conn)
     .await?;
     Ok(id)
@@ -398,7 +452,13 @@ impl Store {
     pub async fn insert_event(&self, event: &NewEvent) -> Result<i64> {
         let _gate = self.write_gate().await;
         let mut conn = self.pool().acquire().await?;
-        insert_one(&mut conn, event, self.options().event_aggregation_ms).await
+        let one = Folded {
+            event,
+            key: aggregation_key(event, self.options().event_aggregation_ms),
+            count: 1,
+            last_time_ms: event.time_ms,
+        };
+        insert_one(&mut conn, &one).await
     }
 
     /// Records several events in one transaction (one commit instead of
@@ -411,10 +471,10 @@ impl Store {
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let mut written = 0;
         let mut first_error = None;
-        for event in events {
+        for one in fold(events, self.options().event_aggregation_ms) {
             sqlx::query("SAVEPOINT one_event").execute(&mut *tx).await?;
-            match insert_one(&mut tx, event, self.options().event_aggregation_ms).await {
-                Ok(_) => written += 1,
+            match insert_one(&mut tx, &one).await {
+                Ok(_) => written += one.count as usize,
                 Err(StoreError::Busy) => return Err(StoreError::Busy),
                 Err(err) => {
                     sqlx::query("ROLLBACK TO one_event")
@@ -777,6 +837,27 @@ mod tests {
             store.insert_events(&[bad]).await,
             Err(StoreError::Invalid(_))
         ));
+        // A later batch of the same slot folds (in memory, then into the
+        // stored row) with its count and its latest time; another slot's
+        // identical event gets its own row.
+        let mut later = called.clone();
+        later.time_ms = 10_400;
+        let mut next_slot = called.clone();
+        next_slot.time_ms = 11_000;
+        let written = store
+            .insert_events(&[called.clone(), later, called.clone(), next_slot])
+            .await
+            .unwrap();
+        assert_eq!(written, 4);
+        let rows = store.query_events(&EventFilter::default()).await.unwrap();
+        let calls: Vec<_> = rows
+            .iter()
+            .filter(|e| e.event_type == "mcp_tool_called")
+            .map(|e| (e.time_ms, e.count))
+            .collect();
+        assert_eq!(calls, vec![(11_000, 1), (10_000, 5)]);
+        let first = rows.iter().find(|e| e.time_ms == 10_000).unwrap();
+        assert_eq!(first.last_time_ms, 10_400);
     }
 
     #[tokio::test]

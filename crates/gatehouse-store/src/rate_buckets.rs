@@ -60,17 +60,23 @@ pub(crate) fn parse_parts(
 }
 
 /// Writes one bucket.
+/// Refuses a bucket that must never be stored.
+pub(crate) fn check(state: &BucketState) -> Result<()> {
+    if !state.tokens.is_finite() || state.tokens < 0.0 {
+        return Err(crate::StoreError::Invalid(
+            "bucket tokens must be finite and non-negative",
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) async fn store(
     conn: &mut SqliteConnection,
     session: &str,
     server_id: &str,
     state: &BucketState,
 ) -> Result<()> {
-    if !state.tokens.is_finite() || state.tokens < 0.0 {
-        return Err(crate::StoreError::Invalid(
-            "bucket tokens must be finite and non-negative",
-        ));
-    }
+    check(state)?;
     sqlx::query(
         "INSERT INTO rate_buckets (session, server_id, tokens, updated_ms, cooldown_until_ms) \
          VALUES (?, ?, ?, ?, ?) ON CONFLICT (session, server_id) DO UPDATE SET \
@@ -86,6 +92,15 @@ pub(crate) async fn store(
     .await?;
     Ok(())
 }
+
+/// [`store`] as one statement of the call check's decision batch; binds ?1 session, ?2 server, ?8
+/// tokens, ?9 updated, ?10 cooldown end (the numbering of the call check's
+/// decision batch).
+pub(crate) const STORE_SQL: &str = "INSERT INTO rate_buckets \
+    (session, server_id, tokens, updated_ms, cooldown_until_ms) \
+    VALUES (?1, ?2, ?8, ?9, ?10) ON CONFLICT (session, server_id) DO UPDATE SET \
+    tokens = excluded.tokens, updated_ms = excluded.updated_ms, \
+    cooldown_until_ms = excluded.cooldown_until_ms; ";
 
 impl Store {
     /// Deletes buckets untouched since `before_ms` whose cool-down is over
