@@ -89,6 +89,12 @@ pub fn start() -> Result<Started, StartError> {
                         exe,
                     ));
                 }
+                // Retention and the size cap, hourly (throttle shared with
+                // every wrap of this database).
+                tauri::async_runtime::spawn(gatehouse_proxy::maintenance::run_hourly(
+                    store.clone(),
+                    home.clone(),
+                ));
                 // The config watcher runs only in the one control plane.
                 let watcher = gatehouse_server::config_watch::start(&home, store.clone(), watch)
                     .map_err(|e| tracing::warn!(error = %e, "config watcher not started"))

@@ -43,6 +43,17 @@ pub async fn maintain_if_due(store: &Store, policy: &Policy) -> Option<Maintenan
     }
 }
 
+/// The control plane's upkeep (`gatehouse up` and the tray app): checks
+/// every quarter of [`EVERY`] with the policy in force, forever.
+pub async fn run_hourly(store: Store, home: std::path::PathBuf) {
+    loop {
+        if let Ok(loaded) = gatehouse_config::load(&home) {
+            maintain_if_due(&store, &loaded.policy).await;
+        }
+        tokio::time::sleep(EVERY / 4).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -135,17 +135,10 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
         }
         // Retention and the size cap of the policy in force, hourly (the
         // throttle is shared with every wrap of this database).
-        tokio::spawn({
-            let (store, home) = (store.clone(), home.clone());
-            async move {
-                loop {
-                    if let Ok(loaded) = gatehouse_config::load(&home) {
-                        gatehouse_proxy::maintenance::maintain_if_due(&store, &loaded.policy).await;
-                    }
-                    tokio::time::sleep(gatehouse_proxy::maintenance::EVERY / 4).await;
-                }
-            }
-        });
+        tokio::spawn(gatehouse_proxy::maintenance::run_hourly(
+            store.clone(),
+            home.clone(),
+        ));
         // The config watcher runs only here, in the one control plane.
         let _watcher = match gatehouse_server::config_watch::start(&home, store.clone(), watch) {
             Ok(w) => w,
