@@ -318,13 +318,19 @@ fn main() {
         peer: peer_bin,
         plain_relay,
     } = binaries();
-    let home = tempfile::tempdir().expect("temp home");
-    let home = home.path().to_path_buf();
+    let tmp = tempfile::tempdir().expect("temp home");
+    let home = tmp.path().to_path_buf();
+    if std::env::var_os("BENCH_KEEP_HOME").is_some() {
+        eprintln!("home {}", tmp.keep().display());
+    }
     // Tens of thousands of back-to-back calls are a burst by design; the
     // other cross-server rules (read-then-send, flow) stay on and are measured.
     std::fs::write(
         home.join("policy.toml"),
-        "[cross_server.burst]\nenabled = false\n[cross_server.rate_limit]\nenabled = false\n",
+        format!(
+            "[cross_server.burst]\nenabled = false\n[cross_server.rate_limit]\nenabled = false\n{}",
+            std::env::var("BENCH_POLICY_EXTRA").unwrap_or_default()
+        ),
     )
     .expect("write the bench policy");
     let direct_argv = vec![peer_bin.display().to_string()];

@@ -300,7 +300,6 @@ impl Cross {
             window_ms: self.rules.window_ms(),
             load: WindowLoad::Lean {
                 other_reads_ms: back.other_reads_ms,
-                with_results: self.rules.needs_marks(class),
                 own_ms: back.own_ms,
             },
             exposing: Some(&tool),

@@ -3,13 +3,18 @@
 //! check-and-record that cross-server rules, bursts and rate limits need.
 //!
 //! # Cost of one call
-//! [`Store::check_call`] runs in one `BEGIN IMMEDIATE` transaction: one
-//! statement of index range reads (only the calls the rules need, see
-//! [`WindowLoad`]; the caller's bucket; the session's oldest call time; the
-//! servers exposing the tool), the caller's pure `decide`, then writes only
-//! what the decision asks for:
-//! - an allowed call: exactly one `INSERT` (the call row; plain rowid, no
-//!   `AUTOINCREMENT` bookkeeping);
+//! [`Store::check_call`] runs in one `BEGIN IMMEDIATE` transaction, taken
+//! by the statement batch that reads and released by the one that writes
+//! (the write lock is held across one hop to sqlx's worker thread). It
+//! reads, in one statement, only the window rows changed since this
+//! process's last check of the session (every change stamps its row with
+//! the next `seq`, migration 0007; the rest is kept in memory, see
+//! [`LoadedWindow`]), the caller's bucket, the session's oldest call time
+//! and the servers exposing the tool; so a check reads the calls made since
+//! the previous one, not the whole window, however busy the session. Then
+//! the caller's pure `decide`, then only the writes the decision asks for:
+//! - an allowed call: one `INSERT` (the call row; plain rowid) and the
+//!   change counter's update (a trigger);
 //! - a bucket row only when `decide` returns one (`CallDecision::bucket`).
 //!   A session with one server needs none for the cross-server rules; burst
 //!   and rate checks can be computed from `WindowSnapshot::entries` when the
@@ -20,6 +25,8 @@
 //!   `DELETE` per window per session.
 //!
 //! One commit either way; a blocked call that sets no bucket writes nothing.
+
+use std::sync::Arc;
 
 use sqlx::SqliteConnection;
 
@@ -71,7 +78,7 @@ pub struct WindowSnapshot {
     pub session: String,
     pub now_ms: i64,
     pub window_start_ms: i64,
-    pub entries: Vec<WindowEntry>,
+    pub entries: Vec<Arc<WindowEntry>>,
     pub buckets: Vec<(String, BucketState)>,
     pub exposing: Vec<ExposingServer>,
 }
@@ -86,9 +93,10 @@ pub struct ExposingServer {
     pub pinned_at_ms: Option<i64>,
 }
 
-/// Which of the session's calls [`Store::check_call`] loads. Each part is
-/// an indexed range scan, so a check reads what its rules need and not the
-/// whole window (which grows with the session's call rate).
+/// Which of the session's calls [`Store::check_call`] hands to `decide`.
+/// What is read from the database does not depend on it: only the rows
+/// changed since this process's last check (see [`LoadedWindow`]), each
+/// with its result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowLoad {
     /// Every call since the window start, every result, every bucket.
@@ -97,8 +105,6 @@ pub enum WindowLoad {
     Lean {
         /// Other servers' `read` calls this far back (the sequence rules).
         other_reads_ms: Option<i64>,
-        /// With their results (the taint marks linked mode compares).
-        with_results: bool,
         /// The calling server's own calls this far back (burst, rate limit).
         own_ms: Option<i64>,
     },
@@ -137,6 +143,7 @@ impl WindowSnapshot {
     ) -> impl Iterator<Item = &'a WindowEntry> {
         self.entries
             .iter()
+            .map(|e| &**e)
             .filter(move |e| e.server_id != server_id)
     }
 }
@@ -230,36 +237,30 @@ async fn load_entries(
 }
 
 /// Everything a check reads, in one statement (one round trip). Kind 0 is a
-/// call row: other servers' reads since ?3, the caller's calls since ?4,
-/// every call since ?5 (each an index range; `i64::MAX` skips one); kind 3
-/// the session's oldest call time (decides pruning); kind 1 a bucket; kind 2
-/// a server exposing the called tool.
+/// call row changed since this process's last check of the session (`seq`
+/// above ?3, migration 0007; its seq in `num2`) and not older than ?4; kind
+/// 3 the session's oldest call time (decides pruning); kind 1 a bucket (all
+/// of the session's when ?5 = 1, else the caller's); kind 2 a server
+/// exposing the called tool (?6).
 macro_rules! snapshot_sql {
     () => {
         "\
-SELECT 0 AS kind, id, server_id, tool, category, time_ms, outcome, detail, \
-       CASE WHEN ?6 THEN result END AS result, NULL AS num, NULL AS num2 \
-  FROM call_window INDEXED BY call_window_session_category_time \
- WHERE session = ?1 AND category = 'read' AND time_ms >= ?3 AND server_id != ?2 \
-UNION ALL \
-SELECT 0, id, server_id, tool, category, time_ms, outcome, detail, NULL, NULL, NULL \
-  FROM call_window INDEXED BY call_window_session_server_time \
- WHERE session = ?1 AND server_id = ?2 AND time_ms >= ?4 \
-UNION ALL \
-SELECT 0, id, server_id, tool, category, time_ms, outcome, detail, result, NULL, NULL \
-  FROM call_window WHERE session = ?1 AND time_ms >= ?5 \
+SELECT 0 AS kind, id, server_id, tool, category, time_ms, outcome, detail, result, \
+       NULL AS num, seq AS num2 \
+  FROM call_window INDEXED BY call_window_session_seq \
+ WHERE session = ?1 AND seq > ?3 AND time_ms >= ?4 \
 UNION ALL \
 SELECT 3, 0, '', '', '', \
        (SELECT time_ms FROM call_window WHERE session = ?1 ORDER BY time_ms LIMIT 1), \
        '', NULL, NULL, NULL, NULL \
 UNION ALL \
 SELECT 1, 0, server_id, '', '', updated_ms, '', NULL, NULL, tokens, cooldown_until_ms \
-  FROM rate_buckets WHERE session = ?1 AND (?7 = 1 OR server_id = ?2) \
+  FROM rate_buckets WHERE session = ?1 AND (?5 = 1 OR server_id = ?2) \
 UNION ALL \
 SELECT 2, 0, t.server_id, t.command_hash, '', 0, '', NULL, NULL, NULL, \
        COALESCE(p.pinned_at_ms, t.updated_ms) \
   FROM session_tools t LEFT JOIN pins p ON p.server_id = t.pin_server_id AND p.name = t.name \
- WHERE t.session = ?1 AND t.name = ?8"
+ WHERE t.session = ?1 AND t.name = ?6"
     };
 }
 #[cfg(test)]
@@ -268,8 +269,9 @@ pub(crate) const SNAPSHOT_SQL: &str = snapshot_sql!();
 const LOCK_AND_SNAPSHOT_SQL: &str = concat!("BEGIN IMMEDIATE; ", snapshot_sql!());
 /// The decision batch's statements (binds: see `check_locked`).
 const RECORD_SQL: &str = "INSERT INTO call_window \
-    (session, server_id, tool, category, time_ms, outcome, detail) \
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id; ";
+    (session, server_id, tool, category, time_ms, outcome, detail, seq) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, (SELECT value + 1 FROM call_seq WHERE id = 1)) \
+    RETURNING id; ";
 const PRUNE_SQL: &str = "DELETE FROM call_window WHERE session = ?1 AND time_ms < ?11; ";
 
 #[derive(sqlx::FromRow)]
@@ -287,12 +289,72 @@ struct SnapshotRow {
     num2: Option<i64>,
 }
 
+/// Sessions whose loaded windows one process keeps at most.
+const MAX_LOADED_SESSIONS: usize = 16;
+
+/// What one process has loaded of a session's window: every row changed up
+/// to `seq` (migration 0007) and not older than the window, oldest first.
+/// A check loads only the rows changed since; rows it does not get again
+/// are unchanged.
+#[derive(Debug, Default)]
+pub(crate) struct LoadedWindow {
+    /// The highest `seq` loaded; `None` before the first load.
+    seq: Option<i64>,
+    entries: Vec<Arc<WindowEntry>>,
+}
+
+impl LoadedWindow {
+    /// Adds changed rows (a read's attached result replaces its row) and
+    /// forgets rows older than `since_ms`.
+    fn merge(&mut self, changed: Vec<(i64, WindowEntry)>, since_ms: i64) {
+        if !changed.is_empty() {
+            let ids: std::collections::HashSet<i64> =
+                changed.iter().map(|(_, e)| e.call.id).collect();
+            self.entries.retain(|e| !ids.contains(&e.call.id));
+            for (seq, entry) in changed {
+                self.seq = Some(self.seq.map_or(seq, |s| s.max(seq)));
+                self.entries.push(Arc::new(entry));
+            }
+            self.entries.sort_by_key(|e| (e.time_ms, e.call.id));
+        }
+        let old = self.entries.partition_point(|e| e.time_ms < since_ms);
+        self.entries.drain(..old);
+    }
+
+    /// The entries `load` asks for.
+    fn select(&self, load: WindowLoad, server_id: &str, now_ms: i64) -> Vec<Arc<WindowEntry>> {
+        let since = |back: Option<i64>| back.map_or(i64::MAX, |b| now_ms.saturating_sub(b));
+        match load {
+            WindowLoad::All => self.entries.clone(),
+            WindowLoad::Lean {
+                other_reads_ms,
+                own_ms,
+                ..
+            } => {
+                let (other_since, own_since) = (since(other_reads_ms), since(own_ms));
+                self.entries
+                    .iter()
+                    .filter(|e| {
+                        if e.server_id == server_id {
+                            e.time_ms >= own_since
+                        } else {
+                            e.category == "read" && e.time_ms >= other_since
+                        }
+                    })
+                    .cloned()
+                    .collect()
+            }
+        }
+    }
+}
+
 /// [`Store::check_call`] on one connection: the batch `BEGIN IMMEDIATE;
 /// snapshot`, the decision, then the batch `writes…; COMMIT`. On an error
-/// the caller rolls back.
+/// the caller rolls back (and drops `loaded`).
 #[allow(clippy::too_many_arguments)]
 async fn check_locked<V, F>(
     conn: &mut SqliteConnection,
+    loaded: &mut LoadedWindow,
     session: &str,
     now_ms: i64,
     clock: Option<fn() -> i64>,
@@ -306,27 +368,16 @@ where
     F: FnOnce(&WindowSnapshot) -> CallDecision<V> + Send,
     V: Send,
 {
-    // The snapshot's ranges come from the clock before the lock; the
-    // decision uses the clock after it (`judge` filters by time itself, and
-    // an earlier start only loads more rows).
+    // The rows' range comes from the clock before the lock; the decision
+    // uses the clock after it (`judge` filters by time itself, and an
+    // earlier start only loads more rows).
     let read_ms = clock.map_or(now_ms, |clock| now_ms.max(clock()));
-    let since = |back: Option<i64>| back.map_or(i64::MAX, |b| read_ms.saturating_sub(b));
-    let (other_reads_since, with_results, own_since, all_since) = match load {
-        WindowLoad::All => (i64::MAX, false, i64::MAX, read_ms.saturating_sub(window_ms)),
-        WindowLoad::Lean {
-            other_reads_ms,
-            with_results,
-            own_ms,
-        } => (since(other_reads_ms), with_results, since(own_ms), i64::MAX),
-    };
     let all_buckets = matches!(load, WindowLoad::All);
     let rows: Vec<SnapshotRow> = sqlx::query_as(LOCK_AND_SNAPSHOT_SQL)
         .bind(session)
         .bind(&call.server_id)
-        .bind(other_reads_since)
-        .bind(own_since)
-        .bind(all_since)
-        .bind(with_results)
+        .bind(loaded.seq.unwrap_or(i64::MIN))
+        .bind(read_ms.saturating_sub(window_ms))
         .bind(i64::from(all_buckets))
         .bind(exposing.unwrap_or(""))
         .fetch_all(&mut *conn)
@@ -334,21 +385,24 @@ where
     let now_ms = clock.map_or(read_ms, |clock| read_ms.max(clock()));
     let window_start_ms = now_ms.saturating_sub(window_ms);
     let mut oldest: Option<i64> = None;
-    let mut entries = Vec::new();
+    let mut changed = Vec::new();
     let mut buckets = Vec::new();
     let mut exposing_rows = Vec::new();
     for row in rows {
         match row.kind {
-            0 => entries.push(WindowEntry::from(EntryRow {
-                id: row.id,
-                server_id: row.server_id,
-                tool: row.tool,
-                category: row.category,
-                time_ms: row.time_ms.unwrap_or(0),
-                outcome: row.outcome,
-                detail: row.detail,
-                result: row.result,
-            })),
+            0 => changed.push((
+                row.num2.unwrap_or(0),
+                WindowEntry::from(EntryRow {
+                    id: row.id,
+                    server_id: row.server_id,
+                    tool: row.tool,
+                    category: row.category,
+                    time_ms: row.time_ms.unwrap_or(0),
+                    outcome: row.outcome,
+                    detail: row.detail,
+                    result: row.result,
+                }),
+            )),
             3 => oldest = row.time_ms,
             1 => buckets.push(rate_buckets::parse_parts(
                 row.server_id,
@@ -363,13 +417,13 @@ where
             }),
         }
     }
-    entries.sort_by_key(|e| (e.time_ms, e.call.id));
     buckets.sort_by(|a, b| a.0.cmp(&b.0));
+    loaded.merge(changed, window_start_ms);
     let snapshot = WindowSnapshot {
         session: session.to_owned(),
         now_ms,
         window_start_ms,
-        entries,
+        entries: loaded.select(load, &call.server_id, now_ms),
         buckets,
         exposing: exposing_rows,
     };
@@ -479,7 +533,12 @@ impl Store {
         if window_ms <= 0 {
             return Err(StoreError::Invalid("window must be positive"));
         }
-        let _gate = self.write_gate().await;
+        let mut gate = self.write_gate().await;
+        // A process checks calls of one session or a few (wrap: one).
+        if gate.windows.len() >= MAX_LOADED_SESSIONS && !gate.windows.contains_key(session) {
+            gate.windows.clear();
+        }
+        let mut loaded = gate.windows.remove(session).unwrap_or_default();
         let mut conn = self.pool().acquire().await?;
         // The write lock is taken by the statement batch that also reads the
         // snapshot, and released by the one that writes the decision: held
@@ -487,14 +546,26 @@ impl Store {
         // (with several wrap processes calling at once, each hop is a
         // scheduler wake-up the others wait behind).
         let outcome = check_locked(
-            &mut conn, session, now_ms, clock, window_ms, load, exposing, call, decide,
+            &mut conn,
+            &mut loaded,
+            session,
+            now_ms,
+            clock,
+            window_ms,
+            load,
+            exposing,
+            call,
+            decide,
         )
         .await;
         if outcome.is_err() {
-            // Whatever failed, the transaction must not outlive this call.
+            // Whatever failed, the transaction must not outlive this call,
+            // and what was loaded is loaded again next time.
             if sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
                 conn.close_on_drop();
             }
+        } else {
+            gate.windows.insert(session.to_owned(), loaded);
         }
         outcome
     }
@@ -548,7 +619,10 @@ impl Store {
     /// Adds taint material to a recorded call once its result arrived. False
     /// when the call is no longer in the window.
     pub async fn attach_result(&self, call: CallId, result: &[u8]) -> Result<bool> {
-        let done = sqlx::query("UPDATE call_window SET result = ? WHERE id = ? AND time_ms = ?")
+        let done = sqlx::query(
+            "UPDATE call_window SET result = ?, seq = (SELECT value + 1 FROM call_seq WHERE id = 1) \
+             WHERE id = ? AND time_ms = ?",
+        )
             .bind(result)
             .bind(call.id)
             .bind(call.time_ms)
@@ -725,8 +799,8 @@ mod tests {
                 .unwrap();
             assert_eq!(
                 total_changes(&store).await - before,
-                1,
-                "exactly one row written per allowed call"
+                2,
+                "one call row per allowed call, and the window's change counter"
             );
         }
         let before = total_changes(&store).await;
@@ -921,6 +995,81 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_check_loads_only_what_changed_and_sees_every_change() {
+        // Two processes' stores on one database.
+        let tmp = TempHome::new();
+        let (a, b) = (tmp.open().await, tmp.open().await);
+        let all = |now_ms| CallCheck {
+            session: "s",
+            now_ms,
+            clock: None,
+            window_ms: 1_000,
+            load: WindowLoad::All,
+            exposing: None,
+        };
+        let seen = |snap: &WindowSnapshot| -> Vec<(String, Option<Vec<u8>>)> {
+            snap.entries
+                .iter()
+                .map(|e| (e.tool.clone(), e.result.clone()))
+                .collect()
+        };
+        let peek = |store: &Store, now_ms| {
+            let store = store.clone();
+            async move {
+                let mut got = Vec::new();
+                store
+                    .check_call(all(now_ms), call("a", "peek", "compute"), |snap| {
+                        got = seen(snap);
+                        CallDecision::deny(())
+                    })
+                    .await
+                    .unwrap();
+                got
+            }
+        };
+        assert!(peek(&a, 100).await.is_empty());
+        let read = b
+            .check_call(all(200), call("b", "read_notes", "read"), |_| {
+                CallDecision::allow(())
+            })
+            .await
+            .unwrap()
+            .recorded
+            .unwrap();
+        assert_eq!(peek(&a, 300).await, [("read_notes".into(), None)]);
+        // A result attached later is a change too: loaded again, replacing.
+        b.attach_result(read, b"marks").await.unwrap();
+        assert_eq!(
+            peek(&a, 400).await,
+            [("read_notes".into(), Some(b"marks".to_vec()))]
+        );
+        // Only rows changed since: the count of rows read stays small.
+        b.check_call(all(500), call("b", "send", "send"), |_| {
+            CallDecision::allow(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            peek(&a, 600).await,
+            [
+                ("read_notes".into(), Some(b"marks".to_vec())),
+                ("send".into(), None)
+            ]
+        );
+        // Out of the window, out of the snapshot (and out of memory).
+        assert_eq!(peek(&a, 1_300).await, [("send".into(), None)]);
+        assert!(peek(&a, 2_000).await.is_empty());
+        // The session went quiet and was pruned; new calls are seen.
+        b.prune_call_window(i64::MAX).await.unwrap();
+        b.check_call(all(5_000), call("b", "late", "read"), |_| {
+            CallDecision::allow(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(peek(&a, 5_100).await, [("late".into(), None)]);
+    }
+
+    #[tokio::test]
     async fn lean_check_loads_what_it_is_asked_for() {
         let store = mem().await;
         let allow = |_: &WindowSnapshot| CallDecision::allow(());
@@ -965,21 +1114,20 @@ mod tests {
             load,
             exposing,
         };
-        let lean = |other: Option<i64>, with_results, own: Option<i64>| WindowLoad::Lean {
+        let lean = |other: Option<i64>, own: Option<i64>| WindowLoad::Lean {
             other_reads_ms: other,
-            with_results,
             own_ms: own,
         };
         store
             .check_call(
-                check(lean(Some(30_000), true, Some(30_000)), Some("send_email")),
+                check(lean(Some(30_000), Some(30_000)), Some("send_email")),
                 call("mail", "send_email", "send"),
                 |snap| {
                     let results: Vec<_> = snap.entries.iter().map(|e| e.result.clone()).collect();
                     assert_eq!(
                         results,
-                        [Some(b"marks-fs".to_vec()), None],
-                        "only other servers' read results are loaded"
+                        [Some(b"marks-fs".to_vec()), Some(b"marks-mail".to_vec())],
+                        "the other server's read and the caller's own call"
                     );
                     let mut ids: Vec<_> =
                         snap.exposing.iter().map(|e| e.server_id.as_str()).collect();
@@ -1007,12 +1155,11 @@ mod tests {
             .unwrap();
         store
             .check_call(
-                check(lean(Some(30_000), false, None), None),
+                check(lean(Some(30_000), None), None),
                 call("mail", "x", "read"),
                 |snap| {
                     let ids: Vec<_> = snap.entries.iter().map(|e| e.server_id.as_str()).collect();
                     assert_eq!(ids, ["fs"], "other servers' reads only, not own calls");
-                    assert!(snap.entries.iter().all(|e| e.result.is_none()));
                     assert!(snap.exposing.is_empty(), "not asked for");
                     CallDecision::deny(())
                 },
@@ -1021,7 +1168,7 @@ mod tests {
             .unwrap();
         store
             .check_call(
-                check(lean(Some(500), false, Some(30_000)), None),
+                check(lean(Some(500), Some(30_000)), None),
                 call("mail", "x", "read"),
                 |snap| {
                     let ids: Vec<_> = snap.entries.iter().map(|e| e.server_id.as_str()).collect();
@@ -1037,7 +1184,7 @@ mod tests {
             .unwrap();
         store
             .check_call(
-                check(lean(None, false, None), Some("send_email")),
+                check(lean(None, None), Some("send_email")),
                 call("mail", "send_email", "send"),
                 |snap| {
                     assert_eq!(snap.exposing.len(), 1, "fs listed again without send_email");

@@ -381,6 +381,50 @@ fn same_aggregate(a: &NewEvent, b: &NewEvent) -> bool {
         && a.session == b.session
 }
 
+/// Folded events per statement batch at most (13 values each; SQLite
+/// takes 32,766).
+const EVENTS_PER_BATCH: usize = 64;
+
+/// The statement batch writing `chunk`: per event, the aggregation upsert
+/// (as [`insert_one`]) and a plain insert that runs only when the upsert
+/// changed nothing (a hash collision it refused to fold); an event without
+/// a key is inserted plain. Event `i` binds `?(13i+1)`…`?(13i+13)`. Only
+/// fixed text and parameter numbers: every value is bound.
+fn batch_sql(chunk: &[Folded<'_>]) -> String {
+    use std::fmt::Write as _;
+    const COLUMNS: &str = "time_ms, last_time_ms, type, server_id, tool, action, rule, \
+                           severity, reason, evidence, session, count, agg_key";
+    let mut sql = String::from("BEGIN IMMEDIATE; ");
+    for (i, one) in chunk.iter().enumerate() {
+        let values = (1..=12)
+            .map(|n| format!("?{}", 13 * i + n))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if one.key.is_some() {
+            let _ = write!(
+                sql,
+                "INSERT INTO events ({COLUMNS}) VALUES ({values}, ?{key}) \
+                 ON CONFLICT (agg_key) WHERE agg_key IS NOT NULL DO UPDATE SET \
+                     count = count + excluded.count, \
+                     last_time_ms = MAX(last_time_ms, excluded.last_time_ms) \
+                 WHERE type = excluded.type AND server_id IS excluded.server_id \
+                   AND tool IS excluded.tool AND action = excluded.action \
+                   AND rule IS excluded.rule AND severity = excluded.severity \
+                   AND session IS excluded.session; \
+                 INSERT INTO events ({COLUMNS}) SELECT {values}, NULL WHERE changes() = 0; ",
+                key = 13 * i + 13,
+            );
+        } else {
+            let _ = write!(
+                sql,
+                "INSERT INTO events ({COLUMNS}) VALUES ({values}, NULL); "
+            );
+        }
+    }
+    sql.push_str("COMMIT");
+    sql
+}
+
 async fn insert_one(conn: &mut sqlx::SqliteConnection, one: &Folded<'_>) -> Result<i64> {
     let Folded {
         event,
@@ -462,18 +506,83 @@ impl Store {
     }
 
     /// Records several events in one transaction (one commit instead of
-    /// one per event). Each event has its own savepoint: one that cannot be
-    /// written (invalid, or refused by a constraint) is skipped and the rest
-    /// are kept; the first such error is returned only when nothing was
-    /// written. A busy or broken database fails the whole batch.
+    /// one per event). One that cannot be written (invalid, or refused by a
+    /// constraint) is skipped and the rest are kept; the first such error is
+    /// returned only when nothing was written. A busy or broken database
+    /// fails the whole batch.
+    ///
+    /// Identical events of a slot are folded first; the rest go to the
+    /// database as one statement batch (`BEGIN IMMEDIATE; …; COMMIT`, one
+    /// hop to sqlx's worker thread, so the write lock is never held while
+    /// this task waits for a CPU). Only when that batch fails are the events
+    /// written one by one, each on its own savepoint, to find the bad one.
     pub async fn insert_events(&self, events: &[NewEvent]) -> Result<usize> {
         let _gate = self.write_gate().await;
+        let mut first_error = None;
+        let folded: Vec<Folded<'_>> = fold(events, self.options().event_aggregation_ms)
+            .into_iter()
+            .filter(|one| match validate(one.event) {
+                Ok(()) => true,
+                Err(err) => {
+                    first_error.get_or_insert(err);
+                    false
+                }
+            })
+            .collect();
+        let mut written = 0;
+        for chunk in folded.chunks(EVENTS_PER_BATCH) {
+            written += match self.insert_batch(chunk).await {
+                Ok(()) => chunk.iter().map(|one| one.count as usize).sum(),
+                Err(StoreError::Busy) => return Err(StoreError::Busy),
+                Err(_) => self.insert_each(chunk, &mut first_error).await?,
+            };
+        }
+        match first_error {
+            Some(err) if written == 0 => Err(err),
+            _ => Ok(written),
+        }
+    }
+
+    /// `chunk` as one statement batch in one transaction.
+    async fn insert_batch(&self, chunk: &[Folded<'_>]) -> Result<()> {
+        let mut conn = self.pool().acquire().await?;
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(batch_sql(chunk)));
+        for one in chunk {
+            let e = one.event;
+            query = query
+                .bind(e.time_ms)
+                .bind(one.last_time_ms)
+                .bind(&e.event_type)
+                .bind(&e.server_id)
+                .bind(&e.tool)
+                .bind(e.action.as_str())
+                .bind(&e.rule)
+                .bind(e.severity.as_str())
+                .bind(&e.reason)
+                .bind(&e.evidence_json)
+                .bind(&e.session)
+                .bind(one.count)
+                .bind(one.key);
+        }
+        let done = query.execute(&mut *conn).await;
+        if done.is_err() && sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
+            // Never hand back a connection with a transaction open.
+            conn.close_on_drop();
+        }
+        done.map(|_| ()).map_err(StoreError::from)
+    }
+
+    /// `chunk` one event per savepoint, in one transaction.
+    async fn insert_each(
+        &self,
+        chunk: &[Folded<'_>],
+        first_error: &mut Option<StoreError>,
+    ) -> Result<usize> {
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let mut written = 0;
-        let mut first_error = None;
-        for one in fold(events, self.options().event_aggregation_ms) {
+        for one in chunk {
             sqlx::query("SAVEPOINT one_event").execute(&mut *tx).await?;
-            match insert_one(&mut tx, &one).await {
+            match insert_one(&mut tx, one).await {
                 Ok(_) => written += one.count as usize,
                 Err(StoreError::Busy) => return Err(StoreError::Busy),
                 Err(err) => {
@@ -486,10 +595,7 @@ impl Store {
             sqlx::query("RELEASE one_event").execute(&mut *tx).await?;
         }
         tx.commit().await?;
-        match first_error {
-            Some(err) if written == 0 => Err(err),
-            _ => Ok(written),
-        }
+        Ok(written)
     }
 
     /// Events matching `filter`: newest first, or oldest id first when
@@ -806,6 +912,18 @@ mod tests {
             a, b,
             "the WHERE guard must refuse to fold a different event"
         );
+        assert_eq!(store.get_event(a).await.unwrap().unwrap().count, 1);
+        // The same in a batch: the refused fold becomes a row of its own.
+        let before = store.query_events(&EventFilter::default()).await.unwrap();
+        assert_eq!(
+            store
+                .insert_events(std::slice::from_ref(&first))
+                .await
+                .unwrap(),
+            1
+        );
+        let after = store.query_events(&EventFilter::default()).await.unwrap();
+        assert_eq!(after.len(), before.len() + 1);
         assert_eq!(store.get_event(a).await.unwrap().unwrap().count, 1);
     }
 
