@@ -275,18 +275,18 @@ const RECORD_SQL: &str = "INSERT INTO call_window \
 const PRUNE_SQL: &str = "DELETE FROM call_window WHERE session = ?1 AND time_ms < ?11; ";
 
 #[derive(sqlx::FromRow)]
-struct SnapshotRow {
-    kind: i64,
-    id: i64,
-    server_id: String,
-    tool: String,
-    category: String,
-    time_ms: Option<i64>,
-    outcome: String,
-    detail: Option<Vec<u8>>,
-    result: Option<Vec<u8>>,
-    num: Option<f64>,
-    num2: Option<i64>,
+pub(crate) struct SnapshotRow {
+    pub(crate) kind: i64,
+    pub(crate) id: i64,
+    pub(crate) server_id: String,
+    pub(crate) tool: String,
+    pub(crate) category: String,
+    pub(crate) time_ms: Option<i64>,
+    pub(crate) outcome: String,
+    pub(crate) detail: Option<Vec<u8>>,
+    pub(crate) result: Option<Vec<u8>>,
+    pub(crate) num: Option<f64>,
+    pub(crate) num2: Option<i64>,
 }
 
 /// Sessions whose loaded windows one process keeps at most.
@@ -348,19 +348,142 @@ impl LoadedWindow {
     }
 }
 
-/// [`Store::check_call`] on one connection: the batch `BEGIN IMMEDIATE;
-/// snapshot`, the decision, then the batch `writes…; COMMIT`. On an error
-/// the caller rolls back (and drops `loaded`).
-#[allow(clippy::too_many_arguments)]
-async fn check_locked<V, F>(
-    conn: &mut SqliteConnection,
-    loaded: &mut LoadedWindow,
-    session: &str,
-    now_ms: i64,
+/// One check's parts that do not depend on the connection: the snapshot
+/// statement's arguments, the snapshot from its rows, the writes of the
+/// decision. `check_locked` does the I/O.
+pub(crate) struct Plan<'a> {
+    pub(crate) session: &'a str,
+    pub(crate) server_id: &'a str,
     clock: Option<fn() -> i64>,
     window_ms: i64,
     load: WindowLoad,
-    exposing: Option<&str>,
+    /// The clock before the lock: the rows' range starts from it (the
+    /// decision uses the clock after it; `judge` filters by time itself,
+    /// and an earlier start only loads more rows).
+    read_ms: i64,
+    /// ?3–?6 of [`SNAPSHOT_SQL`] (?1 session, ?2 server).
+    pub(crate) after_seq: i64,
+    pub(crate) since_ms: i64,
+    pub(crate) all_buckets: i64,
+    pub(crate) exposing: &'a str,
+}
+
+/// What a decision writes: the call row (at `now_ms`), a bucket, the
+/// session's expired rows (pruned only once the oldest is older than twice
+/// the window, about once per window).
+pub(crate) struct Writes {
+    pub(crate) now_ms: i64,
+    pub(crate) record: bool,
+    pub(crate) bucket: Option<BucketState>,
+    /// `Some(horizon)`: delete the session's rows older than it.
+    pub(crate) prune_before: Option<i64>,
+}
+
+impl<'a> Plan<'a> {
+    pub(crate) fn new(check: &CallCheck<'a>, server_id: &'a str, loaded: &LoadedWindow) -> Self {
+        let read_ms = check
+            .clock
+            .map_or(check.now_ms, |clock| check.now_ms.max(clock()));
+        Plan {
+            session: check.session,
+            server_id,
+            clock: check.clock,
+            window_ms: check.window_ms,
+            load: check.load,
+            read_ms,
+            after_seq: loaded.seq.unwrap_or(i64::MIN),
+            since_ms: read_ms.saturating_sub(check.window_ms),
+            all_buckets: i64::from(matches!(check.load, WindowLoad::All)),
+            exposing: check.exposing.unwrap_or(""),
+        }
+    }
+
+    /// The snapshot `decide` sees, from the rows read holding the lock
+    /// (merged into `loaded`), and the session's oldest call time.
+    pub(crate) fn snapshot(
+        &self,
+        loaded: &mut LoadedWindow,
+        rows: Vec<SnapshotRow>,
+    ) -> Result<(WindowSnapshot, Option<i64>)> {
+        let now_ms = self.clock.map_or(self.read_ms, |c| self.read_ms.max(c()));
+        let window_start_ms = now_ms.saturating_sub(self.window_ms);
+        let mut oldest: Option<i64> = None;
+        let mut changed = Vec::new();
+        let mut buckets = Vec::new();
+        let mut exposing = Vec::new();
+        for row in rows {
+            match row.kind {
+                0 => changed.push((
+                    row.num2.unwrap_or(0),
+                    WindowEntry::from(EntryRow {
+                        id: row.id,
+                        server_id: row.server_id,
+                        tool: row.tool,
+                        category: row.category,
+                        time_ms: row.time_ms.unwrap_or(0),
+                        outcome: row.outcome,
+                        detail: row.detail,
+                        result: row.result,
+                    }),
+                )),
+                3 => oldest = row.time_ms,
+                1 => buckets.push(rate_buckets::parse_parts(
+                    row.server_id,
+                    row.num.unwrap_or(f64::NAN),
+                    row.time_ms.unwrap_or(0),
+                    row.num2.unwrap_or(0),
+                )?),
+                _ => exposing.push(ExposingServer {
+                    server_id: row.server_id,
+                    command_hash: row.tool,
+                    pinned_at_ms: row.num2,
+                }),
+            }
+        }
+        buckets.sort_by(|a, b| a.0.cmp(&b.0));
+        loaded.merge(changed, window_start_ms);
+        let snapshot = WindowSnapshot {
+            session: self.session.to_owned(),
+            now_ms,
+            window_start_ms,
+            entries: loaded.select(self.load, self.server_id, now_ms),
+            buckets,
+            exposing,
+        };
+        Ok((snapshot, oldest))
+    }
+
+    pub(crate) fn writes<V>(
+        &self,
+        snapshot: &WindowSnapshot,
+        oldest: Option<i64>,
+        decision: &CallDecision<V>,
+    ) -> Result<Writes> {
+        if let Some(bucket) = &decision.bucket {
+            rate_buckets::check(bucket)?;
+        }
+        let horizon = snapshot
+            .now_ms
+            .saturating_sub(self.window_ms.saturating_mul(2));
+        Ok(Writes {
+            now_ms: snapshot.now_ms,
+            record: decision.record,
+            bucket: decision.bucket.clone(),
+            prune_before: oldest
+                .filter(|oldest| *oldest < horizon)
+                .map(|_| snapshot.window_start_ms),
+        })
+    }
+}
+
+/// [`Store::check_call`] on a pooled sqlx connection (an in-memory store):
+/// the batch `BEGIN IMMEDIATE; snapshot`, the decision, then the batch
+/// `writes…; COMMIT`, so the write lock is held across one hop to sqlx's
+/// worker thread. On an error the caller rolls back (and drops `loaded`).
+async fn check_locked<V, F>(
+    conn: &mut SqliteConnection,
+    loaded: &mut LoadedWindow,
+    check: CallCheck<'_>,
     call: NewCall,
     decide: F,
 ) -> Result<CheckOutcome<V>>
@@ -368,107 +491,53 @@ where
     F: FnOnce(&WindowSnapshot) -> CallDecision<V> + Send,
     V: Send,
 {
-    // The rows' range comes from the clock before the lock; the decision
-    // uses the clock after it (`judge` filters by time itself, and an
-    // earlier start only loads more rows).
-    let read_ms = clock.map_or(now_ms, |clock| now_ms.max(clock()));
-    let all_buckets = matches!(load, WindowLoad::All);
+    let plan = Plan::new(&check, &call.server_id, loaded);
     let rows: Vec<SnapshotRow> = sqlx::query_as(LOCK_AND_SNAPSHOT_SQL)
-        .bind(session)
-        .bind(&call.server_id)
-        .bind(loaded.seq.unwrap_or(i64::MIN))
-        .bind(read_ms.saturating_sub(window_ms))
-        .bind(i64::from(all_buckets))
-        .bind(exposing.unwrap_or(""))
+        .bind(plan.session)
+        .bind(plan.server_id)
+        .bind(plan.after_seq)
+        .bind(plan.since_ms)
+        .bind(plan.all_buckets)
+        .bind(plan.exposing)
         .fetch_all(&mut *conn)
         .await?;
-    let now_ms = clock.map_or(read_ms, |clock| read_ms.max(clock()));
-    let window_start_ms = now_ms.saturating_sub(window_ms);
-    let mut oldest: Option<i64> = None;
-    let mut changed = Vec::new();
-    let mut buckets = Vec::new();
-    let mut exposing_rows = Vec::new();
-    for row in rows {
-        match row.kind {
-            0 => changed.push((
-                row.num2.unwrap_or(0),
-                WindowEntry::from(EntryRow {
-                    id: row.id,
-                    server_id: row.server_id,
-                    tool: row.tool,
-                    category: row.category,
-                    time_ms: row.time_ms.unwrap_or(0),
-                    outcome: row.outcome,
-                    detail: row.detail,
-                    result: row.result,
-                }),
-            )),
-            3 => oldest = row.time_ms,
-            1 => buckets.push(rate_buckets::parse_parts(
-                row.server_id,
-                row.num.unwrap_or(f64::NAN),
-                row.time_ms.unwrap_or(0),
-                row.num2.unwrap_or(0),
-            )?),
-            _ => exposing_rows.push(ExposingServer {
-                server_id: row.server_id,
-                command_hash: row.tool,
-                pinned_at_ms: row.num2,
-            }),
-        }
-    }
-    buckets.sort_by(|a, b| a.0.cmp(&b.0));
-    loaded.merge(changed, window_start_ms);
-    let snapshot = WindowSnapshot {
-        session: session.to_owned(),
-        now_ms,
-        window_start_ms,
-        entries: loaded.select(load, &call.server_id, now_ms),
-        buckets,
-        exposing: exposing_rows,
-    };
+    let (snapshot, oldest) = plan.snapshot(loaded, rows)?;
     let decision = decide(&snapshot);
+    let w = plan.writes(&snapshot, oldest, &decision)?;
     drop(snapshot);
-
-    let prune =
-        oldest.is_some_and(|oldest| oldest < now_ms.saturating_sub(window_ms.saturating_mul(2)));
-    let bucket = decision.bucket.as_ref();
-    if let Some(bucket) = bucket {
-        rate_buckets::check(bucket)?;
-    }
     let mut sql = String::new();
-    if decision.record {
+    if w.record {
         sql.push_str(RECORD_SQL);
     }
-    if bucket.is_some() {
+    if w.bucket.is_some() {
         sql.push_str(rate_buckets::STORE_SQL);
     }
-    if prune {
+    if w.prune_before.is_some() {
         sql.push_str(PRUNE_SQL);
     }
     sql.push_str("COMMIT");
-    let (tokens, updated_ms, cooldown_until_ms) = bucket.map_or((0.0, 0, 0), |b| {
+    let (tokens, updated_ms, cooldown_until_ms) = w.bucket.as_ref().map_or((0.0, 0, 0), |b| {
         (b.tokens, b.updated_ms, b.cooldown_until_ms)
     });
     // Only fixed statements, every value bound.
     let ids: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-        .bind(session)
-        .bind(&call.server_id)
+        .bind(plan.session)
+        .bind(plan.server_id)
         .bind(&call.tool)
         .bind(&call.category)
-        .bind(now_ms)
+        .bind(w.now_ms)
         .bind(&call.outcome)
         .bind(&call.detail)
         .bind(tokens)
         .bind(updated_ms)
         .bind(cooldown_until_ms)
-        .bind(window_start_ms)
+        .bind(w.prune_before.unwrap_or(0))
         .fetch_all(&mut *conn)
         .await?;
-    let recorded = match (decision.record, ids.first()) {
+    let recorded = match (w.record, ids.first()) {
         (true, Some(&id)) => Some(CallId {
             id,
-            time_ms: now_ms,
+            time_ms: w.now_ms,
         }),
         (true, None) => return Err(StoreError::Invalid("the call was not recorded")),
         (false, _) => None,
@@ -519,18 +588,11 @@ impl Store {
         F: FnOnce(&WindowSnapshot) -> CallDecision<V> + Send,
         V: Send,
     {
-        let CallCheck {
-            session,
-            now_ms,
-            clock,
-            window_ms,
-            load,
-            exposing,
-        } = check;
+        let session = check.session;
         if session.is_empty() || call.server_id.is_empty() {
             return Err(StoreError::Invalid("call needs a session and a server id"));
         }
-        if window_ms <= 0 {
+        if check.window_ms <= 0 {
             return Err(StoreError::Invalid("window must be positive"));
         }
         let mut gate = self.write_gate().await;
@@ -545,19 +607,7 @@ impl Store {
         // across one hop to sqlx's worker thread and back instead of three
         // (with several wrap processes calling at once, each hop is a
         // scheduler wake-up the others wait behind).
-        let outcome = check_locked(
-            &mut conn,
-            &mut loaded,
-            session,
-            now_ms,
-            clock,
-            window_ms,
-            load,
-            exposing,
-            call,
-            decide,
-        )
-        .await;
+        let outcome = check_locked(&mut conn, &mut loaded, check, call, decide).await;
         if outcome.is_err() {
             // Whatever failed, the transaction must not outlive this call,
             // and what was loaded is loaded again next time.
@@ -656,7 +706,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::test_support::{mem, patient, TempHome};
+    use crate::test_support::{both, mem, patient, TempHome};
 
     fn call(server: &str, tool: &str, category: &str) -> NewCall {
         NewCall {
@@ -688,102 +738,105 @@ mod tests {
 
     #[tokio::test]
     async fn snapshot_decision_and_record() {
-        let store = mem().await;
-        let first = store
-            .check_and_record_call(
-                "s1",
-                1000,
-                30_000,
-                call("fs", "read_file", "read"),
-                |snap| {
-                    assert!(snap.entries.is_empty() && snap.buckets.is_empty());
-                    assert_eq!(
-                        (snap.session.as_str(), snap.now_ms, snap.window_start_ms),
-                        ("s1", 1000, -29_000)
-                    );
-                    CallDecision::allow("ok")
-                },
-            )
-            .await
-            .unwrap();
-        let first_id = first.recorded.expect("allowed calls are recorded");
-        assert_eq!(first.decision.verdict, "ok");
-        assert!(store.attach_result(first_id, b"taint").await.unwrap());
-        assert!(
-            !store
-                .attach_result(
-                    CallId {
-                        id: first_id.id,
-                        time_ms: 1
+        // The same on an in-memory store and a file one.
+        let (_home, stores) = both().await;
+        for store in stores {
+            let first = store
+                .check_and_record_call(
+                    "s1",
+                    1000,
+                    30_000,
+                    call("fs", "read_file", "read"),
+                    |snap| {
+                        assert!(snap.entries.is_empty() && snap.buckets.is_empty());
+                        assert_eq!(
+                            (snap.session.as_str(), snap.now_ms, snap.window_start_ms),
+                            ("s1", 1000, -29_000)
+                        );
+                        CallDecision::allow("ok")
                     },
-                    b"x"
                 )
                 .await
-                .unwrap(),
-            "a call id with another time is a different call"
-        );
+                .unwrap();
+            let first_id = first.recorded.expect("allowed calls are recorded");
+            assert_eq!(first.decision.verdict, "ok");
+            assert!(store.attach_result(first_id, b"taint").await.unwrap());
+            assert!(
+                !store
+                    .attach_result(
+                        CallId {
+                            id: first_id.id,
+                            time_ms: 1
+                        },
+                        b"x"
+                    )
+                    .await
+                    .unwrap(),
+                "a call id with another time is a different call"
+            );
 
-        let bucket = BucketState {
-            tokens: 19.0,
-            updated_ms: 2000,
-            cooldown_until_ms: 0,
-        };
-        let denied = store
-            .check_and_record_call(
-                "s1",
-                2000,
-                30_000,
-                call("mail", "send_email", "send"),
-                |snap| {
-                    let earlier: Vec<_> = snap.other_servers("mail").collect();
-                    assert_eq!(earlier.len(), 1, "the read of another server is visible");
-                    assert_eq!(earlier[0].tool, "read_file");
-                    assert_eq!(earlier[0].detail.as_deref(), Some(&[1u8, 2, 3][..]));
-                    assert_eq!(
-                        earlier[0].result.as_deref(),
-                        Some(&b"taint"[..]),
-                        "attached result visible"
-                    );
-                    CallDecision::deny("blocked").with_bucket(bucket)
-                },
-            )
-            .await
-            .unwrap();
-        assert_eq!(denied.recorded, None, "a blocked call is not recorded");
-        store
-            .check_and_record_call(
-                "s1",
-                3000,
-                30_000,
-                call("mail", "send_email", "send"),
-                |snap| {
-                    assert_eq!(snap.entries.len(), 1, "the blocked call left no entry");
-                    assert_eq!(snap.bucket("mail"), Some(&bucket), "the bucket was stored");
-                    assert_eq!(snap.bucket("fs"), None);
-                    CallDecision::allow(())
-                },
-            )
-            .await
-            .unwrap();
-        // Other sessions are invisible.
-        store
-            .check_and_record_call(
-                "s2",
-                3000,
-                30_000,
-                call("fs", "read_file", "read"),
-                |snap| {
-                    assert!(
-                        snap.entries.is_empty() && snap.buckets.is_empty(),
-                        "sessions are isolated"
-                    );
-                    CallDecision::allow(())
-                },
-            )
-            .await
-            .unwrap();
-        assert_eq!(store.window_entries("s1", 0).await.unwrap().len(), 2);
-        assert_eq!(store.window_entries("s1", 2500).await.unwrap().len(), 1);
+            let bucket = BucketState {
+                tokens: 19.0,
+                updated_ms: 2000,
+                cooldown_until_ms: 0,
+            };
+            let denied = store
+                .check_and_record_call(
+                    "s1",
+                    2000,
+                    30_000,
+                    call("mail", "send_email", "send"),
+                    |snap| {
+                        let earlier: Vec<_> = snap.other_servers("mail").collect();
+                        assert_eq!(earlier.len(), 1, "the read of another server is visible");
+                        assert_eq!(earlier[0].tool, "read_file");
+                        assert_eq!(earlier[0].detail.as_deref(), Some(&[1u8, 2, 3][..]));
+                        assert_eq!(
+                            earlier[0].result.as_deref(),
+                            Some(&b"taint"[..]),
+                            "attached result visible"
+                        );
+                        CallDecision::deny("blocked").with_bucket(bucket)
+                    },
+                )
+                .await
+                .unwrap();
+            assert_eq!(denied.recorded, None, "a blocked call is not recorded");
+            store
+                .check_and_record_call(
+                    "s1",
+                    3000,
+                    30_000,
+                    call("mail", "send_email", "send"),
+                    |snap| {
+                        assert_eq!(snap.entries.len(), 1, "the blocked call left no entry");
+                        assert_eq!(snap.bucket("mail"), Some(&bucket), "the bucket was stored");
+                        assert_eq!(snap.bucket("fs"), None);
+                        CallDecision::allow(())
+                    },
+                )
+                .await
+                .unwrap();
+            // Other sessions are invisible.
+            store
+                .check_and_record_call(
+                    "s2",
+                    3000,
+                    30_000,
+                    call("fs", "read_file", "read"),
+                    |snap| {
+                        assert!(
+                            snap.entries.is_empty() && snap.buckets.is_empty(),
+                            "sessions are isolated"
+                        );
+                        CallDecision::allow(())
+                    },
+                )
+                .await
+                .unwrap();
+            assert_eq!(store.window_entries("s1", 0).await.unwrap().len(), 2);
+            assert_eq!(store.window_entries("s1", 2500).await.unwrap().len(), 1);
+        }
     }
 
     #[tokio::test]
@@ -819,116 +872,126 @@ mod tests {
 
     #[tokio::test]
     async fn window_prunes_as_it_goes() {
-        let store = mem().await;
-        let allow = |_: &WindowSnapshot| CallDecision::allow(());
-        let rows = |store: Store| async move {
-            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM call_window")
-                .fetch_one(store.pool())
+        // The same on an in-memory store and a file one.
+        let (_home, stores) = both().await;
+        for store in stores {
+            let allow = |_: &WindowSnapshot| CallDecision::allow(());
+            let rows = |store: Store| async move {
+                sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM call_window")
+                    .fetch_one(store.pool())
+                    .await
+                    .unwrap()
+            };
+            store
+                .check_and_record_call("s", 0, 1000, call("a", "t", "read"), allow)
                 .await
-                .unwrap()
-        };
-        store
-            .check_and_record_call("s", 0, 1000, call("a", "t", "read"), allow)
-            .await
-            .unwrap();
-        store
-            .check_and_record_call("s", 900, 1000, call("a", "t", "read"), allow)
-            .await
-            .unwrap();
-        store
-            .check_and_record_call("s", 1500, 1000, call("a", "t", "read"), |snap| {
-                assert_eq!(snap.entries.len(), 1, "the call at 0 is outside the window");
-                CallDecision::allow(())
-            })
-            .await
-            .unwrap();
-        assert_eq!(
-            rows(store.clone()).await,
-            3,
-            "not pruned before the oldest row is 2 windows old"
-        );
-        store
-            .check_and_record_call("s", 2100, 1000, call("a", "t", "read"), allow)
-            .await
-            .unwrap();
-        assert_eq!(
-            rows(store.clone()).await,
-            2,
-            "rows before 1100 pruned (0 and 900), one added"
-        );
-        store
-            .check_and_record_call("x", 9000, 1000, call("a", "t", "read"), allow)
-            .await
-            .unwrap();
-        assert_eq!(
-            store.prune_call_window(5000).await.unwrap(),
-            2,
-            "the sweep removes dead sessions"
-        );
-        assert_eq!(rows(store.clone()).await, 1);
+                .unwrap();
+            store
+                .check_and_record_call("s", 900, 1000, call("a", "t", "read"), allow)
+                .await
+                .unwrap();
+            store
+                .check_and_record_call("s", 1500, 1000, call("a", "t", "read"), |snap| {
+                    assert_eq!(snap.entries.len(), 1, "the call at 0 is outside the window");
+                    CallDecision::allow(())
+                })
+                .await
+                .unwrap();
+            assert_eq!(
+                rows(store.clone()).await,
+                3,
+                "not pruned before the oldest row is 2 windows old"
+            );
+            store
+                .check_and_record_call("s", 2100, 1000, call("a", "t", "read"), allow)
+                .await
+                .unwrap();
+            assert_eq!(
+                rows(store.clone()).await,
+                2,
+                "rows before 1100 pruned (0 and 900), one added"
+            );
+            store
+                .check_and_record_call("x", 9000, 1000, call("a", "t", "read"), allow)
+                .await
+                .unwrap();
+            assert_eq!(
+                store.prune_call_window(5000).await.unwrap(),
+                2,
+                "the sweep removes dead sessions"
+            );
+            assert_eq!(rows(store.clone()).await, 1);
+        }
     }
 
     #[tokio::test]
     async fn buckets_are_swept_and_validated() {
-        let store = mem().await;
-        let bucket = |tokens: f64, updated_ms: i64, cooldown_until_ms: i64| BucketState {
-            tokens,
-            updated_ms,
-            cooldown_until_ms,
-        };
-        store
-            .check_and_record_call("s", 100, 1000, call("a", "t", "read"), move |_| {
-                CallDecision::deny(()).with_bucket(bucket(0.0, 100, 10_000))
-            })
-            .await
-            .unwrap();
-        store
-            .check_and_record_call("s", 100, 1000, call("b", "t", "read"), move |_| {
-                CallDecision::allow(()).with_bucket(bucket(5.0, 100, 0))
-            })
-            .await
-            .unwrap();
-        assert_eq!(
-            store.prune_rate_buckets(5000).await.unwrap(),
-            1,
-            "b is idle; a is cooling down"
-        );
-        assert_eq!(store.prune_rate_buckets(20_000).await.unwrap(), 1);
-        let bad = store
-            .check_and_record_call("s", 100, 1000, call("a", "t", "read"), move |_| {
-                CallDecision::allow(()).with_bucket(bucket(f64::NAN, 100, 0))
-            })
-            .await;
-        assert!(matches!(bad, Err(StoreError::Invalid(_))));
-        assert!(
-            store.window_entries("s", 0).await.unwrap().len() == 1,
-            "the failed call rolled back"
-        );
-        sqlx::query("INSERT INTO rate_buckets VALUES ('s', 'z', -1.0, 0, 0)")
-            .execute(store.pool())
-            .await
-            .unwrap();
-        let corrupt = store
-            .check_and_record_call("s", 100, 1000, call("a", "t", "read"), |_| {
-                CallDecision::allow(())
-            })
-            .await;
-        assert!(
-            matches!(corrupt, Err(StoreError::CorruptRow { .. })),
-            "negative tokens are corrupt"
-        );
-        assert!(matches!(
+        // The same on an in-memory store and a file one.
+        let (_home, stores) = both().await;
+        for store in stores {
+            let bucket = |tokens: f64, updated_ms: i64, cooldown_until_ms: i64| BucketState {
+                tokens,
+                updated_ms,
+                cooldown_until_ms,
+            };
             store
-                .check_and_record_call("", 1, 1, call("a", "t", "r"), |_| CallDecision::allow(()))
-                .await,
-            Err(StoreError::Invalid(_))
-        ));
-        assert!(matches!(
+                .check_and_record_call("s", 100, 1000, call("a", "t", "read"), move |_| {
+                    CallDecision::deny(()).with_bucket(bucket(0.0, 100, 10_000))
+                })
+                .await
+                .unwrap();
             store
-                .check_and_record_call("s", 1, 0, call("a", "t", "r"), |_| CallDecision::allow(()))
-                .await,
-            Err(StoreError::Invalid(_))
-        ));
+                .check_and_record_call("s", 100, 1000, call("b", "t", "read"), move |_| {
+                    CallDecision::allow(()).with_bucket(bucket(5.0, 100, 0))
+                })
+                .await
+                .unwrap();
+            assert_eq!(
+                store.prune_rate_buckets(5000).await.unwrap(),
+                1,
+                "b is idle; a is cooling down"
+            );
+            assert_eq!(store.prune_rate_buckets(20_000).await.unwrap(), 1);
+            let bad = store
+                .check_and_record_call("s", 100, 1000, call("a", "t", "read"), move |_| {
+                    CallDecision::allow(()).with_bucket(bucket(f64::NAN, 100, 0))
+                })
+                .await;
+            assert!(matches!(bad, Err(StoreError::Invalid(_))));
+            assert!(
+                store.window_entries("s", 0).await.unwrap().len() == 1,
+                "the failed call rolled back"
+            );
+            sqlx::query("INSERT INTO rate_buckets VALUES ('s', 'z', -1.0, 0, 0)")
+                .execute(store.pool())
+                .await
+                .unwrap();
+            let corrupt = store
+                .check_and_record_call("s", 100, 1000, call("a", "t", "read"), |_| {
+                    CallDecision::allow(())
+                })
+                .await;
+            assert!(
+                matches!(corrupt, Err(StoreError::CorruptRow { .. })),
+                "negative tokens are corrupt"
+            );
+            assert!(matches!(
+                store
+                    .check_and_record_call("", 1, 1, call("a", "t", "r"), |_| CallDecision::allow(
+                        ()
+                    ))
+                    .await,
+                Err(StoreError::Invalid(_))
+            ));
+            assert!(matches!(
+                store
+                    .check_and_record_call("s", 1, 0, call("a", "t", "r"), |_| CallDecision::allow(
+                        ()
+                    ))
+                    .await,
+                Err(StoreError::Invalid(_))
+            ));
+        }
     }
 
     #[tokio::test]
@@ -1071,129 +1134,135 @@ mod tests {
 
     #[tokio::test]
     async fn lean_check_loads_what_it_is_asked_for() {
-        let store = mem().await;
-        let allow = |_: &WindowSnapshot| CallDecision::allow(());
-        let read = store
-            .check_and_record_call("s", 1000, 30_000, call("fs", "read_file", "read"), allow)
-            .await
-            .unwrap()
-            .recorded
-            .unwrap();
-        store.attach_result(read, b"marks-fs").await.unwrap();
-        let own = store
-            .check_and_record_call("s", 1100, 30_000, call("mail", "list_mail", "read"), allow)
-            .await
-            .unwrap()
-            .recorded
-            .unwrap();
-        store.attach_result(own, b"marks-mail").await.unwrap();
-        store
-            .set_session_tools(
-                "s",
-                "fs",
-                "fs",
-                "sha256:aa",
-                &["send_email", "read_file"],
-                900,
-            )
-            .await
-            .unwrap();
-        store
-            .set_session_tools("s", "mail", "mail", "sha256:bb", &["send_email"], 950)
-            .await
-            .unwrap();
-        store
-            .set_session_tools("other", "x", "x", "sha256:cc", &["send_email"], 950)
-            .await
-            .unwrap();
-        let check = |load, exposing| CallCheck {
-            session: "s",
-            now_ms: 2000,
-            clock: None,
-            window_ms: 30_000,
-            load,
-            exposing,
-        };
-        let lean = |other: Option<i64>, own: Option<i64>| WindowLoad::Lean {
-            other_reads_ms: other,
-            own_ms: own,
-        };
-        store
-            .check_call(
-                check(lean(Some(30_000), Some(30_000)), Some("send_email")),
-                call("mail", "send_email", "send"),
-                |snap| {
-                    let results: Vec<_> = snap.entries.iter().map(|e| e.result.clone()).collect();
-                    assert_eq!(
-                        results,
-                        [Some(b"marks-fs".to_vec()), Some(b"marks-mail".to_vec())],
-                        "the other server's read and the caller's own call"
-                    );
-                    let mut ids: Vec<_> =
-                        snap.exposing.iter().map(|e| e.server_id.as_str()).collect();
-                    ids.sort_unstable();
-                    assert_eq!(
-                        ids,
-                        ["fs", "mail"],
-                        "both servers of this session, not the other"
-                    );
-                    let mut ages: Vec<_> = snap
-                        .exposing
-                        .iter()
-                        .map(|e| (e.server_id.as_str(), e.pinned_at_ms))
-                        .collect();
-                    ages.sort_unstable();
-                    assert_eq!(
-                        ages,
-                        [("fs", Some(900)), ("mail", Some(950))],
-                        "no pins yet: each as old as its exposure"
-                    );
-                    CallDecision::deny(())
-                },
-            )
-            .await
-            .unwrap();
-        store
-            .check_call(
-                check(lean(Some(30_000), None), None),
-                call("mail", "x", "read"),
-                |snap| {
-                    let ids: Vec<_> = snap.entries.iter().map(|e| e.server_id.as_str()).collect();
-                    assert_eq!(ids, ["fs"], "other servers' reads only, not own calls");
-                    assert!(snap.exposing.is_empty(), "not asked for");
-                    CallDecision::deny(())
-                },
-            )
-            .await
-            .unwrap();
-        store
-            .check_call(
-                check(lean(Some(500), Some(30_000)), None),
-                call("mail", "x", "read"),
-                |snap| {
-                    let ids: Vec<_> = snap.entries.iter().map(|e| e.server_id.as_str()).collect();
-                    assert_eq!(ids, ["mail"], "fs read is older than the look-back");
-                    CallDecision::deny(())
-                },
-            )
-            .await
-            .unwrap();
-        store
-            .set_session_tools("s", "fs", "fs", "sha256:aa", &["read_file"], 1000)
-            .await
-            .unwrap();
-        store
-            .check_call(
-                check(lean(None, None), Some("send_email")),
-                call("mail", "send_email", "send"),
-                |snap| {
-                    assert_eq!(snap.exposing.len(), 1, "fs listed again without send_email");
-                    CallDecision::deny(())
-                },
-            )
-            .await
-            .unwrap();
-        assert_eq!(store.prune_session_tools(1001).await.unwrap(), 3);
+        // The same on an in-memory store and a file one.
+        let (_home, stores) = both().await;
+        for store in stores {
+            let allow = |_: &WindowSnapshot| CallDecision::allow(());
+            let read = store
+                .check_and_record_call("s", 1000, 30_000, call("fs", "read_file", "read"), allow)
+                .await
+                .unwrap()
+                .recorded
+                .unwrap();
+            store.attach_result(read, b"marks-fs").await.unwrap();
+            let own = store
+                .check_and_record_call("s", 1100, 30_000, call("mail", "list_mail", "read"), allow)
+                .await
+                .unwrap()
+                .recorded
+                .unwrap();
+            store.attach_result(own, b"marks-mail").await.unwrap();
+            store
+                .set_session_tools(
+                    "s",
+                    "fs",
+                    "fs",
+                    "sha256:aa",
+                    &["send_email", "read_file"],
+                    900,
+                )
+                .await
+                .unwrap();
+            store
+                .set_session_tools("s", "mail", "mail", "sha256:bb", &["send_email"], 950)
+                .await
+                .unwrap();
+            store
+                .set_session_tools("other", "x", "x", "sha256:cc", &["send_email"], 950)
+                .await
+                .unwrap();
+            let check = |load, exposing| CallCheck {
+                session: "s",
+                now_ms: 2000,
+                clock: None,
+                window_ms: 30_000,
+                load,
+                exposing,
+            };
+            let lean = |other: Option<i64>, own: Option<i64>| WindowLoad::Lean {
+                other_reads_ms: other,
+                own_ms: own,
+            };
+            store
+                .check_call(
+                    check(lean(Some(30_000), Some(30_000)), Some("send_email")),
+                    call("mail", "send_email", "send"),
+                    |snap| {
+                        let results: Vec<_> =
+                            snap.entries.iter().map(|e| e.result.clone()).collect();
+                        assert_eq!(
+                            results,
+                            [Some(b"marks-fs".to_vec()), Some(b"marks-mail".to_vec())],
+                            "the other server's read and the caller's own call"
+                        );
+                        let mut ids: Vec<_> =
+                            snap.exposing.iter().map(|e| e.server_id.as_str()).collect();
+                        ids.sort_unstable();
+                        assert_eq!(
+                            ids,
+                            ["fs", "mail"],
+                            "both servers of this session, not the other"
+                        );
+                        let mut ages: Vec<_> = snap
+                            .exposing
+                            .iter()
+                            .map(|e| (e.server_id.as_str(), e.pinned_at_ms))
+                            .collect();
+                        ages.sort_unstable();
+                        assert_eq!(
+                            ages,
+                            [("fs", Some(900)), ("mail", Some(950))],
+                            "no pins yet: each as old as its exposure"
+                        );
+                        CallDecision::deny(())
+                    },
+                )
+                .await
+                .unwrap();
+            store
+                .check_call(
+                    check(lean(Some(30_000), None), None),
+                    call("mail", "x", "read"),
+                    |snap| {
+                        let ids: Vec<_> =
+                            snap.entries.iter().map(|e| e.server_id.as_str()).collect();
+                        assert_eq!(ids, ["fs"], "other servers' reads only, not own calls");
+                        assert!(snap.exposing.is_empty(), "not asked for");
+                        CallDecision::deny(())
+                    },
+                )
+                .await
+                .unwrap();
+            store
+                .check_call(
+                    check(lean(Some(500), Some(30_000)), None),
+                    call("mail", "x", "read"),
+                    |snap| {
+                        let ids: Vec<_> =
+                            snap.entries.iter().map(|e| e.server_id.as_str()).collect();
+                        assert_eq!(ids, ["mail"], "fs read is older than the look-back");
+                        CallDecision::deny(())
+                    },
+                )
+                .await
+                .unwrap();
+            store
+                .set_session_tools("s", "fs", "fs", "sha256:aa", &["read_file"], 1000)
+                .await
+                .unwrap();
+            store
+                .check_call(
+                    check(lean(None, None), Some("send_email")),
+                    call("mail", "send_email", "send"),
+                    |snap| {
+                        assert_eq!(snap.exposing.len(), 1, "fs listed again without send_email");
+                        CallDecision::deny(())
+                    },
+                )
+                .await
+                .unwrap();
+            assert_eq!(store.prune_session_tools(1001).await.unwrap(), 3);
+        }
     }
 
     const CHILD_ENV: &str = "GATEHOUSE_STORE_TEST_CHILD";

@@ -60,6 +60,14 @@ pub(crate) fn parse_parts(
 }
 
 /// Writes one bucket.
+/// Stores a (session, server) bucket; binds ?1–?5 (session, server,
+/// tokens, updated, cooldown end).
+pub(crate) const STORE_STATEMENT: &str = "INSERT INTO rate_buckets \
+    (session, server_id, tokens, updated_ms, cooldown_until_ms) \
+    VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (session, server_id) DO UPDATE SET \
+    tokens = excluded.tokens, updated_ms = excluded.updated_ms, \
+    cooldown_until_ms = excluded.cooldown_until_ms";
+
 /// Refuses a bucket that must never be stored.
 pub(crate) fn check(state: &BucketState) -> Result<()> {
     if !state.tokens.is_finite() || state.tokens < 0.0 {
@@ -77,19 +85,14 @@ pub(crate) async fn store(
     state: &BucketState,
 ) -> Result<()> {
     check(state)?;
-    sqlx::query(
-        "INSERT INTO rate_buckets (session, server_id, tokens, updated_ms, cooldown_until_ms) \
-         VALUES (?, ?, ?, ?, ?) ON CONFLICT (session, server_id) DO UPDATE SET \
-             tokens = excluded.tokens, updated_ms = excluded.updated_ms, \
-             cooldown_until_ms = excluded.cooldown_until_ms",
-    )
-    .bind(session)
-    .bind(server_id)
-    .bind(state.tokens)
-    .bind(state.updated_ms)
-    .bind(state.cooldown_until_ms)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query(STORE_STATEMENT)
+        .bind(session)
+        .bind(server_id)
+        .bind(state.tokens)
+        .bind(state.updated_ms)
+        .bind(state.cooldown_until_ms)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
