@@ -468,7 +468,7 @@ impl<'a> Plan<'a> {
         Ok(Writes {
             now_ms: snapshot.now_ms,
             record: decision.record,
-            bucket: decision.bucket.clone(),
+            bucket: decision.bucket,
             prune_before: oldest
                 .filter(|oldest| *oldest < horizon)
                 .map(|_| snapshot.window_start_ms),
