@@ -556,10 +556,14 @@ fn judge_local(
         .lookback(facts.class)
         .own_ms
         .map(|ms| now_ms.saturating_sub(ms));
+    // The window is in time order (`Local::record`): skip to the first
+    // call the rules look at instead of walking the whole window.
+    let first = own_since.map_or(local.calls.len(), |since| {
+        local.calls.partition_point(|e| e.call.time_ms < since)
+    });
     let prior: Vec<Prior<'_>> = local
         .calls
-        .iter()
-        .filter(|e| own_since.is_some_and(|since| e.call.time_ms >= since))
+        .range(first..)
         .map(|e| Prior {
             server_id: &me.server_id,
             tool: &e.call.tool,

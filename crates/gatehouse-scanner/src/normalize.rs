@@ -385,9 +385,7 @@ const MAX_LAYERS: usize = 32;
 /// Extracts hidden and encoded layers of `raw` (bounded count, linear time).
 pub fn hidden_layers(raw: &str) -> Vec<Layer> {
     let mut layers = Vec::new();
-    tag_layer(raw, &mut layers);
-    variation_selector_layer(raw, &mut layers);
-    bidi_layer(raw, &mut layers);
+    invisible_layers(raw, &mut layers);
     encoded_layers(raw, &mut layers, 0);
     // Encodings disguised with invisibles, full-width forms or look-alikes:
     // decode a case-preserving folded copy too.
@@ -416,9 +414,7 @@ pub fn hidden_layers(raw: &str) -> Vec<Layer> {
     for text in &decoded {
         // Invisible carriers inside a decoded layer.
         let mut hidden = Vec::new();
-        tag_layer(text, &mut hidden);
-        variation_selector_layer(text, &mut hidden);
-        bidi_layer(text, &mut hidden);
+        invisible_layers(text, &mut hidden);
         layers.extend(hidden.into_iter().map(|mut l| {
             l.raw_span = 0..raw.len();
             l
@@ -478,6 +474,17 @@ fn rot13(s: &str) -> String {
 
 /// TAG characters (U+E0000..U+E007F) spell ASCII invisibly. Emoji flag tag
 /// sequences (black flag + tag letters + cancel tag) are legitimate and skipped.
+/// Tag characters, variation-selector runs and right-to-left overrides:
+/// none of them is ASCII, so ASCII text (most tool output) skips the walks.
+fn invisible_layers(raw: &str, out: &mut Vec<Layer>) {
+    if raw.is_ascii() {
+        return;
+    }
+    tag_layer(raw, out);
+    variation_selector_layer(raw, out);
+    bidi_layer(raw, out);
+}
+
 fn tag_layer(raw: &str, out: &mut Vec<Layer>) {
     let mut text = String::new();
     let mut span: Option<Range<usize>> = None;
