@@ -385,40 +385,84 @@ fn same_aggregate(a: &NewEvent, b: &NewEvent) -> bool {
 /// takes 32,766).
 const EVENTS_PER_BATCH: usize = 64;
 
-/// The statement batch writing `chunk`: per event, the aggregation upsert
-/// (as [`insert_one`]) and a plain insert that runs only when the upsert
-/// changed nothing (a hash collision it refused to fold); an event without
-/// a key is inserted plain. Event `i` binds `?(13i+1)`…`?(13i+13)`. Only
-/// fixed text and parameter numbers: every value is bound.
+const INSERTED_COLUMNS: &str = "time_ms, last_time_ms, type, server_id, tool, action, rule, \
+                                severity, reason, evidence, session, count, agg_key";
+
+/// `?(first)`, …, `?(first + 11)`: an event's values but its key.
+fn event_params(first: usize) -> String {
+    (first..first + 12)
+        .map(|n| format!("?{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Folds the event bound at `?first`… (its key at `?(first + 12)`) into an
+/// identical one of its slot, or inserts it. The `WHERE` guards against a
+/// hash collision folding two different events: then the statement changes
+/// nothing (and returns no row).
+fn upsert_event_sql(first: usize) -> String {
+    format!(
+        "INSERT INTO events ({INSERTED_COLUMNS}) VALUES ({}, ?{}) \
+         ON CONFLICT (agg_key) WHERE agg_key IS NOT NULL DO UPDATE SET \
+             count = count + excluded.count, \
+             last_time_ms = MAX(last_time_ms, excluded.last_time_ms) \
+         WHERE type = excluded.type AND server_id IS excluded.server_id \
+           AND tool IS excluded.tool AND action = excluded.action \
+           AND rule IS excluded.rule AND severity = excluded.severity \
+           AND session IS excluded.session",
+        event_params(first),
+        first + 12
+    )
+}
+
+/// Inserts the event bound at `?first`… on a row of its own.
+fn plain_event_sql(first: usize) -> String {
+    format!(
+        "INSERT INTO events ({INSERTED_COLUMNS}) VALUES ({}, NULL)",
+        event_params(first)
+    )
+}
+
+/// Binds one event's 13 values (the last is its key).
+fn bind_event<'q>(
+    query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+    one: &Folded<'q>,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments> {
+    let e = one.event;
+    query
+        .bind(e.time_ms)
+        .bind(one.last_time_ms)
+        .bind(&e.event_type)
+        .bind(&e.server_id)
+        .bind(&e.tool)
+        .bind(e.action.as_str())
+        .bind(&e.rule)
+        .bind(e.severity.as_str())
+        .bind(&e.reason)
+        .bind(&e.evidence_json)
+        .bind(&e.session)
+        .bind(one.count)
+        .bind(one.key)
+}
+
+/// The statement batch writing `chunk`: per event, the upsert and a plain
+/// insert that runs only when the upsert changed nothing (a collision it
+/// refused to fold); an event without a key is inserted plain. Event `i`
+/// binds `?(13i+1)`…`?(13i+13)`. Only fixed text and parameter numbers:
+/// every value is bound.
 fn batch_sql(chunk: &[Folded<'_>]) -> String {
-    use std::fmt::Write as _;
-    const COLUMNS: &str = "time_ms, last_time_ms, type, server_id, tool, action, rule, \
-                           severity, reason, evidence, session, count, agg_key";
     let mut sql = String::from("BEGIN IMMEDIATE; ");
     for (i, one) in chunk.iter().enumerate() {
-        let values = (1..=12)
-            .map(|n| format!("?{}", 13 * i + n))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let first = 13 * i + 1;
         if one.key.is_some() {
-            let _ = write!(
-                sql,
-                "INSERT INTO events ({COLUMNS}) VALUES ({values}, ?{key}) \
-                 ON CONFLICT (agg_key) WHERE agg_key IS NOT NULL DO UPDATE SET \
-                     count = count + excluded.count, \
-                     last_time_ms = MAX(last_time_ms, excluded.last_time_ms) \
-                 WHERE type = excluded.type AND server_id IS excluded.server_id \
-                   AND tool IS excluded.tool AND action = excluded.action \
-                   AND rule IS excluded.rule AND severity = excluded.severity \
-                   AND session IS excluded.session; \
-                 INSERT INTO events ({COLUMNS}) SELECT {values}, NULL WHERE changes() = 0; ",
-                key = 13 * i + 13,
-            );
+            sql.push_str(&upsert_event_sql(first));
+            sql.push_str(&format!(
+                "; INSERT INTO events ({INSERTED_COLUMNS}) SELECT {}, NULL WHERE changes() = 0; ",
+                event_params(first)
+            ));
         } else {
-            let _ = write!(
-                sql,
-                "INSERT INTO events ({COLUMNS}) VALUES ({values}, NULL); "
-            );
+            sql.push_str(&plain_event_sql(first));
+            sql.push_str("; ");
         }
     }
     sql.push_str("COMMIT");
@@ -426,68 +470,21 @@ fn batch_sql(chunk: &[Folded<'_>]) -> String {
 }
 
 async fn insert_one(conn: &mut sqlx::SqliteConnection, one: &Folded<'_>) -> Result<i64> {
-    let Folded {
-        event,
-        key,
-        count,
-        last_time_ms,
-    } = *one;
-    validate(event)?;
-    if key.is_some() {
-        // The WHERE guards against a hash collision folding two
-        // different events: then nothing is returned and we insert plain.
-        let folded: Option<i64> = sqlx::query_scalar(
-            "INSERT INTO events (time_ms, last_time_ms, type, server_id, tool, action, rule, \
-                                 severity, reason, evidence, session, count, agg_key) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-             ON CONFLICT (agg_key) WHERE agg_key IS NOT NULL DO UPDATE SET \
-                 count = count + excluded.count, \
-                 last_time_ms = MAX(last_time_ms, excluded.last_time_ms) \
-             WHERE type = excluded.type AND server_id IS excluded.server_id \
-               AND tool IS excluded.tool AND action = excluded.action \
-               AND rule IS excluded.rule AND severity = excluded.severity \
-               AND session IS excluded.session \
-             RETURNING id",
-        )
-        .bind(event.time_ms)
-        .bind(last_time_ms)
-        .bind(&event.event_type)
-        .bind(&event.server_id)
-        .bind(&event.tool)
-        .bind(event.action.as_str())
-        .bind(&event.rule)
-        .bind(event.severity.as_str())
-        .bind(&event.reason)
-        .bind(&event.evidence_json)
-        .bind(&event.session)
-        .bind(count)
-        .bind(key)
-        .fetch_optional(&mut *conn)
-        .await?;
-        if let Some(id) = folded {
-            return Ok(id);
+    validate(one.event)?;
+    if one.key.is_some() {
+        let sql = upsert_event_sql(1) + " RETURNING id";
+        let folded = bind_event(sqlx::query(sqlx::AssertSqlSafe(sql)), one)
+            .fetch_optional(&mut *conn)
+            .await?;
+        if let Some(row) = folded {
+            return Ok(sqlx::Row::try_get(&row, 0)?);
         }
     }
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO events (time_ms, last_time_ms, type, server_id, tool, action, rule, \
-                             severity, reason, evidence, session, count, agg_key) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL) RETURNING id",
-    )
-    .bind(event.time_ms)
-    .bind(last_time_ms)
-    .bind(&event.event_type)
-    .bind(&event.server_id)
-    .bind(&event.tool)
-    .bind(event.action.as_str())
-    .bind(&event.rule)
-    .bind(event.severity.as_str())
-    .bind(&event.reason)
-    .bind(&event.evidence_json)
-    .bind(&event.session)
-    .bind(count)
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(id)
+    let sql = plain_event_sql(1) + " RETURNING id";
+    let row = bind_event(sqlx::query(sqlx::AssertSqlSafe(sql)), one)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(sqlx::Row::try_get(&row, 0)?)
 }
 
 impl Store {
@@ -548,21 +545,7 @@ impl Store {
         let mut conn = self.pool().acquire().await?;
         let mut query = sqlx::query(sqlx::AssertSqlSafe(batch_sql(chunk)));
         for one in chunk {
-            let e = one.event;
-            query = query
-                .bind(e.time_ms)
-                .bind(one.last_time_ms)
-                .bind(&e.event_type)
-                .bind(&e.server_id)
-                .bind(&e.tool)
-                .bind(e.action.as_str())
-                .bind(&e.rule)
-                .bind(e.severity.as_str())
-                .bind(&e.reason)
-                .bind(&e.evidence_json)
-                .bind(&e.session)
-                .bind(one.count)
-                .bind(one.key);
+            query = bind_event(query, one);
         }
         let done = query.execute(&mut *conn).await;
         if done.is_err() && sqlx::query("ROLLBACK").execute(&mut *conn).await.is_err() {
