@@ -426,7 +426,7 @@ pub fn hidden_layers(raw: &str) -> Vec<Layer> {
             l
         }));
     }
-    if contains_ci(raw, "rot13") || contains_ci(raw, "rot-13") || contains_ci(raw, "rot 13") {
+    if names_rot13(raw) {
         layers.push(Layer {
             kind: LayerKind::Rot13,
             text: rot13(raw),
@@ -456,10 +456,23 @@ fn fold_raw(raw: &str) -> String {
         .collect()
 }
 
-fn contains_ci(hay: &str, needle: &str) -> bool {
-    hay.as_bytes()
-        .windows(needle.len())
-        .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+/// Whether `raw` says "rot13", "rot-13" or "rot 13" (any case): one pass.
+fn names_rot13(raw: &str) -> bool {
+    let bytes = raw.as_bytes();
+    bytes.iter().enumerate().any(|(i, b)| {
+        if !b.eq_ignore_ascii_case(&b'r') {
+            return false;
+        }
+        let rest = &bytes[i..];
+        if rest.len() < 5 || !rest[..3].eq_ignore_ascii_case(b"rot") {
+            return false;
+        }
+        let tail = match rest[3] {
+            b'-' | b' ' => &rest[4..],
+            _ => &rest[3..],
+        };
+        tail.starts_with(b"13")
+    })
 }
 
 fn rot13(s: &str) -> String {
@@ -832,6 +845,21 @@ fn hex_layers(raw: &str, out: &mut Vec<Layer>) {
                     raw_span: start..i,
                 });
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod rot13_tests {
+    use super::names_rot13;
+
+    #[test]
+    fn rot13_is_named_in_each_spelling_and_case() {
+        for yes in ["rot13", "ROT-13 this", "a Rot 13 b", "xrot13"] {
+            assert!(names_rot13(yes), "{yes}");
+        }
+        for no in ["rot", "rot1", "rot-1 3", "rotl3", "rot_13", "r o t 13", ""] {
+            assert!(!names_rot13(no), "{no}");
         }
     }
 }
