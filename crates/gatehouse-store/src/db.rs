@@ -292,6 +292,18 @@ async fn migrate(
 /// Whether the schema is this version's and the journal is WAL; an error
 /// when the schema is newer than this build knows.
 async fn schema_is_current(conn: &mut sqlx::SqliteConnection) -> Result<bool> {
+    // The common case (an existing database) in one statement; a database
+    // without the migrations table fails it and takes the long way.
+    let quick: std::result::Result<(Option<i64>, String), sqlx::Error> = sqlx::query_as(
+        "SELECT (SELECT MAX(version) FROM _sqlx_migrations WHERE success = 1), \
+                (SELECT journal_mode FROM pragma_journal_mode)",
+    )
+    .fetch_one(&mut *conn)
+    .await;
+    if let Ok((found, mode)) = quick {
+        check_not_newer(found)?;
+        return Ok(found == Some(SCHEMA_VERSION) && mode.eq_ignore_ascii_case("wal"));
+    }
     let found = recorded_version(conn).await?;
     check_not_newer(found)?;
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
