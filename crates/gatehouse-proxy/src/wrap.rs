@@ -803,6 +803,7 @@ async fn gather<T>(rx: &mut mpsc::UnboundedReceiver<Record<T>>, batch: &mut Vec<
         }
     }
 }
+
 /// Tries for one batch of events (20 ms, doubling, between tries).
 const RECORD_ATTEMPTS: u32 = 5;
 

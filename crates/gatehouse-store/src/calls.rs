@@ -275,18 +275,18 @@ const RECORD_SQL: &str = "INSERT INTO call_window \
 const PRUNE_SQL: &str = "DELETE FROM call_window WHERE session = ?1 AND time_ms < ?11; ";
 
 #[derive(sqlx::FromRow)]
-pub(crate) struct SnapshotRow {
-    pub(crate) kind: i64,
-    pub(crate) id: i64,
-    pub(crate) server_id: String,
-    pub(crate) tool: String,
-    pub(crate) category: String,
-    pub(crate) time_ms: Option<i64>,
-    pub(crate) outcome: String,
-    pub(crate) detail: Option<Vec<u8>>,
-    pub(crate) result: Option<Vec<u8>>,
-    pub(crate) num: Option<f64>,
-    pub(crate) num2: Option<i64>,
+struct SnapshotRow {
+    kind: i64,
+    id: i64,
+    server_id: String,
+    tool: String,
+    category: String,
+    time_ms: Option<i64>,
+    outcome: String,
+    detail: Option<Vec<u8>>,
+    result: Option<Vec<u8>>,
+    num: Option<f64>,
+    num2: Option<i64>,
 }
 
 /// Sessions whose loaded windows one process keeps at most.
@@ -348,12 +348,11 @@ impl LoadedWindow {
     }
 }
 
-/// One check's parts that do not depend on the connection: the snapshot
-/// statement's arguments, the snapshot from its rows, the writes of the
-/// decision. `check_locked` does the I/O.
-pub(crate) struct Plan<'a> {
-    pub(crate) session: &'a str,
-    pub(crate) server_id: &'a str,
+/// One check's parts apart from the I/O (`check_locked`): the snapshot
+/// statement's arguments, the snapshot from its rows, the decision's writes.
+struct Plan<'a> {
+    session: &'a str,
+    server_id: &'a str,
     clock: Option<fn() -> i64>,
     window_ms: i64,
     load: WindowLoad,
@@ -361,26 +360,26 @@ pub(crate) struct Plan<'a> {
     /// decision uses the clock after it; `judge` filters by time itself,
     /// and an earlier start only loads more rows).
     read_ms: i64,
-    /// ?3–?6 of [`SNAPSHOT_SQL`] (?1 session, ?2 server).
-    pub(crate) after_seq: i64,
-    pub(crate) since_ms: i64,
-    pub(crate) all_buckets: i64,
-    pub(crate) exposing: &'a str,
+    /// ?3–?6 of the snapshot statement (?1 session, ?2 server).
+    after_seq: i64,
+    since_ms: i64,
+    all_buckets: i64,
+    exposing: &'a str,
 }
 
 /// What a decision writes: the call row (at `now_ms`), a bucket, the
 /// session's expired rows (pruned only once the oldest is older than twice
 /// the window, about once per window).
-pub(crate) struct Writes {
-    pub(crate) now_ms: i64,
-    pub(crate) record: bool,
-    pub(crate) bucket: Option<BucketState>,
+struct Writes {
+    now_ms: i64,
+    record: bool,
+    bucket: Option<BucketState>,
     /// `Some(horizon)`: delete the session's rows older than it.
-    pub(crate) prune_before: Option<i64>,
+    prune_before: Option<i64>,
 }
 
 impl<'a> Plan<'a> {
-    pub(crate) fn new(check: &CallCheck<'a>, server_id: &'a str, loaded: &LoadedWindow) -> Self {
+    fn new(check: &CallCheck<'a>, server_id: &'a str, loaded: &LoadedWindow) -> Self {
         let read_ms = check
             .clock
             .map_or(check.now_ms, |clock| check.now_ms.max(clock()));
@@ -400,7 +399,7 @@ impl<'a> Plan<'a> {
 
     /// The snapshot `decide` sees, from the rows read holding the lock
     /// (merged into `loaded`), and the session's oldest call time.
-    pub(crate) fn snapshot(
+    fn snapshot(
         &self,
         loaded: &mut LoadedWindow,
         rows: Vec<SnapshotRow>,
@@ -453,7 +452,7 @@ impl<'a> Plan<'a> {
         Ok((snapshot, oldest))
     }
 
-    pub(crate) fn writes<V>(
+    fn writes<V>(
         &self,
         snapshot: &WindowSnapshot,
         oldest: Option<i64>,
@@ -706,7 +705,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::test_support::{both, mem, patient, TempHome};
+    use crate::test_support::{mem, patient, TempHome};
 
     fn call(server: &str, tool: &str, category: &str) -> NewCall {
         NewCall {
@@ -738,105 +737,102 @@ mod tests {
 
     #[tokio::test]
     async fn snapshot_decision_and_record() {
-        // The same on an in-memory store and a file one.
-        let (_home, stores) = both().await;
-        for store in stores {
-            let first = store
-                .check_and_record_call(
-                    "s1",
-                    1000,
-                    30_000,
-                    call("fs", "read_file", "read"),
-                    |snap| {
-                        assert!(snap.entries.is_empty() && snap.buckets.is_empty());
-                        assert_eq!(
-                            (snap.session.as_str(), snap.now_ms, snap.window_start_ms),
-                            ("s1", 1000, -29_000)
-                        );
-                        CallDecision::allow("ok")
+        let store = mem().await;
+        let first = store
+            .check_and_record_call(
+                "s1",
+                1000,
+                30_000,
+                call("fs", "read_file", "read"),
+                |snap| {
+                    assert!(snap.entries.is_empty() && snap.buckets.is_empty());
+                    assert_eq!(
+                        (snap.session.as_str(), snap.now_ms, snap.window_start_ms),
+                        ("s1", 1000, -29_000)
+                    );
+                    CallDecision::allow("ok")
+                },
+            )
+            .await
+            .unwrap();
+        let first_id = first.recorded.expect("allowed calls are recorded");
+        assert_eq!(first.decision.verdict, "ok");
+        assert!(store.attach_result(first_id, b"taint").await.unwrap());
+        assert!(
+            !store
+                .attach_result(
+                    CallId {
+                        id: first_id.id,
+                        time_ms: 1
                     },
+                    b"x"
                 )
                 .await
-                .unwrap();
-            let first_id = first.recorded.expect("allowed calls are recorded");
-            assert_eq!(first.decision.verdict, "ok");
-            assert!(store.attach_result(first_id, b"taint").await.unwrap());
-            assert!(
-                !store
-                    .attach_result(
-                        CallId {
-                            id: first_id.id,
-                            time_ms: 1
-                        },
-                        b"x"
-                    )
-                    .await
-                    .unwrap(),
-                "a call id with another time is a different call"
-            );
+                .unwrap(),
+            "a call id with another time is a different call"
+        );
 
-            let bucket = BucketState {
-                tokens: 19.0,
-                updated_ms: 2000,
-                cooldown_until_ms: 0,
-            };
-            let denied = store
-                .check_and_record_call(
-                    "s1",
-                    2000,
-                    30_000,
-                    call("mail", "send_email", "send"),
-                    |snap| {
-                        let earlier: Vec<_> = snap.other_servers("mail").collect();
-                        assert_eq!(earlier.len(), 1, "the read of another server is visible");
-                        assert_eq!(earlier[0].tool, "read_file");
-                        assert_eq!(earlier[0].detail.as_deref(), Some(&[1u8, 2, 3][..]));
-                        assert_eq!(
-                            earlier[0].result.as_deref(),
-                            Some(&b"taint"[..]),
-                            "attached result visible"
-                        );
-                        CallDecision::deny("blocked").with_bucket(bucket)
-                    },
-                )
-                .await
-                .unwrap();
-            assert_eq!(denied.recorded, None, "a blocked call is not recorded");
-            store
-                .check_and_record_call(
-                    "s1",
-                    3000,
-                    30_000,
-                    call("mail", "send_email", "send"),
-                    |snap| {
-                        assert_eq!(snap.entries.len(), 1, "the blocked call left no entry");
-                        assert_eq!(snap.bucket("mail"), Some(&bucket), "the bucket was stored");
-                        assert_eq!(snap.bucket("fs"), None);
-                        CallDecision::allow(())
-                    },
-                )
-                .await
-                .unwrap();
-            // Other sessions are invisible.
-            store
-                .check_and_record_call(
-                    "s2",
-                    3000,
-                    30_000,
-                    call("fs", "read_file", "read"),
-                    |snap| {
-                        assert!(
-                            snap.entries.is_empty() && snap.buckets.is_empty(),
-                            "sessions are isolated"
-                        );
-                        CallDecision::allow(())
-                    },
-                )
-                .await
-                .unwrap();
-            assert_eq!(store.window_entries("s1", 0).await.unwrap().len(), 2);
-            assert_eq!(store.window_entries("s1", 2500).await.unwrap().len(), 1);
-        }
+        let bucket = BucketState {
+            tokens: 19.0,
+            updated_ms: 2000,
+            cooldown_until_ms: 0,
+        };
+        let denied = store
+            .check_and_record_call(
+                "s1",
+                2000,
+                30_000,
+                call("mail", "send_email", "send"),
+                |snap| {
+                    let earlier: Vec<_> = snap.other_servers("mail").collect();
+                    assert_eq!(earlier.len(), 1, "the read of another server is visible");
+                    assert_eq!(earlier[0].tool, "read_file");
+                    assert_eq!(earlier[0].detail.as_deref(), Some(&[1u8, 2, 3][..]));
+                    assert_eq!(
+                        earlier[0].result.as_deref(),
+                        Some(&b"taint"[..]),
+                        "attached result visible"
+                    );
+                    CallDecision::deny("blocked").with_bucket(bucket)
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(denied.recorded, None, "a blocked call is not recorded");
+        store
+            .check_and_record_call(
+                "s1",
+                3000,
+                30_000,
+                call("mail", "send_email", "send"),
+                |snap| {
+                    assert_eq!(snap.entries.len(), 1, "the blocked call left no entry");
+                    assert_eq!(snap.bucket("mail"), Some(&bucket), "the bucket was stored");
+                    assert_eq!(snap.bucket("fs"), None);
+                    CallDecision::allow(())
+                },
+            )
+            .await
+            .unwrap();
+        // Other sessions are invisible.
+        store
+            .check_and_record_call(
+                "s2",
+                3000,
+                30_000,
+                call("fs", "read_file", "read"),
+                |snap| {
+                    assert!(
+                        snap.entries.is_empty() && snap.buckets.is_empty(),
+                        "sessions are isolated"
+                    );
+                    CallDecision::allow(())
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.window_entries("s1", 0).await.unwrap().len(), 2);
+        assert_eq!(store.window_entries("s1", 2500).await.unwrap().len(), 1);
     }
 
     #[tokio::test]
@@ -872,126 +868,116 @@ mod tests {
 
     #[tokio::test]
     async fn window_prunes_as_it_goes() {
-        // The same on an in-memory store and a file one.
-        let (_home, stores) = both().await;
-        for store in stores {
-            let allow = |_: &WindowSnapshot| CallDecision::allow(());
-            let rows = |store: Store| async move {
-                sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM call_window")
-                    .fetch_one(store.pool())
-                    .await
-                    .unwrap()
-            };
-            store
-                .check_and_record_call("s", 0, 1000, call("a", "t", "read"), allow)
+        let store = mem().await;
+        let allow = |_: &WindowSnapshot| CallDecision::allow(());
+        let rows = |store: Store| async move {
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM call_window")
+                .fetch_one(store.pool())
                 .await
-                .unwrap();
-            store
-                .check_and_record_call("s", 900, 1000, call("a", "t", "read"), allow)
-                .await
-                .unwrap();
-            store
-                .check_and_record_call("s", 1500, 1000, call("a", "t", "read"), |snap| {
-                    assert_eq!(snap.entries.len(), 1, "the call at 0 is outside the window");
-                    CallDecision::allow(())
-                })
-                .await
-                .unwrap();
-            assert_eq!(
-                rows(store.clone()).await,
-                3,
-                "not pruned before the oldest row is 2 windows old"
-            );
-            store
-                .check_and_record_call("s", 2100, 1000, call("a", "t", "read"), allow)
-                .await
-                .unwrap();
-            assert_eq!(
-                rows(store.clone()).await,
-                2,
-                "rows before 1100 pruned (0 and 900), one added"
-            );
-            store
-                .check_and_record_call("x", 9000, 1000, call("a", "t", "read"), allow)
-                .await
-                .unwrap();
-            assert_eq!(
-                store.prune_call_window(5000).await.unwrap(),
-                2,
-                "the sweep removes dead sessions"
-            );
-            assert_eq!(rows(store.clone()).await, 1);
-        }
+                .unwrap()
+        };
+        store
+            .check_and_record_call("s", 0, 1000, call("a", "t", "read"), allow)
+            .await
+            .unwrap();
+        store
+            .check_and_record_call("s", 900, 1000, call("a", "t", "read"), allow)
+            .await
+            .unwrap();
+        store
+            .check_and_record_call("s", 1500, 1000, call("a", "t", "read"), |snap| {
+                assert_eq!(snap.entries.len(), 1, "the call at 0 is outside the window");
+                CallDecision::allow(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            rows(store.clone()).await,
+            3,
+            "not pruned before the oldest row is 2 windows old"
+        );
+        store
+            .check_and_record_call("s", 2100, 1000, call("a", "t", "read"), allow)
+            .await
+            .unwrap();
+        assert_eq!(
+            rows(store.clone()).await,
+            2,
+            "rows before 1100 pruned (0 and 900), one added"
+        );
+        store
+            .check_and_record_call("x", 9000, 1000, call("a", "t", "read"), allow)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.prune_call_window(5000).await.unwrap(),
+            2,
+            "the sweep removes dead sessions"
+        );
+        assert_eq!(rows(store.clone()).await, 1);
     }
 
     #[tokio::test]
     async fn buckets_are_swept_and_validated() {
-        // The same on an in-memory store and a file one.
-        let (_home, stores) = both().await;
-        for store in stores {
-            let bucket = |tokens: f64, updated_ms: i64, cooldown_until_ms: i64| BucketState {
-                tokens,
-                updated_ms,
-                cooldown_until_ms,
-            };
+        let store = mem().await;
+        let bucket = |tokens: f64, updated_ms: i64, cooldown_until_ms: i64| BucketState {
+            tokens,
+            updated_ms,
+            cooldown_until_ms,
+        };
+        store
+            .check_and_record_call("s", 100, 1000, call("a", "t", "read"), move |_| {
+                CallDecision::deny(()).with_bucket(bucket(0.0, 100, 10_000))
+            })
+            .await
+            .unwrap();
+        store
+            .check_and_record_call("s", 100, 1000, call("b", "t", "read"), move |_| {
+                CallDecision::allow(()).with_bucket(bucket(5.0, 100, 0))
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            store.prune_rate_buckets(5000).await.unwrap(),
+            1,
+            "b is idle; a is cooling down"
+        );
+        assert_eq!(store.prune_rate_buckets(20_000).await.unwrap(), 1);
+        let bad = store
+            .check_and_record_call("s", 100, 1000, call("a", "t", "read"), move |_| {
+                CallDecision::allow(()).with_bucket(bucket(f64::NAN, 100, 0))
+            })
+            .await;
+        assert!(matches!(bad, Err(StoreError::Invalid(_))));
+        assert!(
+            store.window_entries("s", 0).await.unwrap().len() == 1,
+            "the failed call rolled back"
+        );
+        sqlx::query("INSERT INTO rate_buckets VALUES ('s', 'z', -1.0, 0, 0)")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        let corrupt = store
+            .check_and_record_call("s", 100, 1000, call("a", "t", "read"), |_| {
+                CallDecision::allow(())
+            })
+            .await;
+        assert!(
+            matches!(corrupt, Err(StoreError::CorruptRow { .. })),
+            "negative tokens are corrupt"
+        );
+        assert!(matches!(
             store
-                .check_and_record_call("s", 100, 1000, call("a", "t", "read"), move |_| {
-                    CallDecision::deny(()).with_bucket(bucket(0.0, 100, 10_000))
-                })
-                .await
-                .unwrap();
+                .check_and_record_call("", 1, 1, call("a", "t", "r"), |_| CallDecision::allow(()))
+                .await,
+            Err(StoreError::Invalid(_))
+        ));
+        assert!(matches!(
             store
-                .check_and_record_call("s", 100, 1000, call("b", "t", "read"), move |_| {
-                    CallDecision::allow(()).with_bucket(bucket(5.0, 100, 0))
-                })
-                .await
-                .unwrap();
-            assert_eq!(
-                store.prune_rate_buckets(5000).await.unwrap(),
-                1,
-                "b is idle; a is cooling down"
-            );
-            assert_eq!(store.prune_rate_buckets(20_000).await.unwrap(), 1);
-            let bad = store
-                .check_and_record_call("s", 100, 1000, call("a", "t", "read"), move |_| {
-                    CallDecision::allow(()).with_bucket(bucket(f64::NAN, 100, 0))
-                })
-                .await;
-            assert!(matches!(bad, Err(StoreError::Invalid(_))));
-            assert!(
-                store.window_entries("s", 0).await.unwrap().len() == 1,
-                "the failed call rolled back"
-            );
-            sqlx::query("INSERT INTO rate_buckets VALUES ('s', 'z', -1.0, 0, 0)")
-                .execute(store.pool())
-                .await
-                .unwrap();
-            let corrupt = store
-                .check_and_record_call("s", 100, 1000, call("a", "t", "read"), |_| {
-                    CallDecision::allow(())
-                })
-                .await;
-            assert!(
-                matches!(corrupt, Err(StoreError::CorruptRow { .. })),
-                "negative tokens are corrupt"
-            );
-            assert!(matches!(
-                store
-                    .check_and_record_call("", 1, 1, call("a", "t", "r"), |_| CallDecision::allow(
-                        ()
-                    ))
-                    .await,
-                Err(StoreError::Invalid(_))
-            ));
-            assert!(matches!(
-                store
-                    .check_and_record_call("s", 1, 0, call("a", "t", "r"), |_| CallDecision::allow(
-                        ()
-                    ))
-                    .await,
-                Err(StoreError::Invalid(_))
-            ));
-        }
+                .check_and_record_call("s", 1, 0, call("a", "t", "r"), |_| CallDecision::allow(()))
+                .await,
+            Err(StoreError::Invalid(_))
+        ));
     }
 
     #[tokio::test]
@@ -1106,7 +1092,7 @@ mod tests {
             peek(&a, 400).await,
             [("read_notes".into(), Some(b"marks".to_vec()))]
         );
-        // Only rows changed since: the count of rows read stays small.
+        // A later call is added to what was loaded, not instead of it.
         b.check_call(all(500), call("b", "send", "send"), |_| {
             CallDecision::allow(())
         })
@@ -1134,135 +1120,129 @@ mod tests {
 
     #[tokio::test]
     async fn lean_check_loads_what_it_is_asked_for() {
-        // The same on an in-memory store and a file one.
-        let (_home, stores) = both().await;
-        for store in stores {
-            let allow = |_: &WindowSnapshot| CallDecision::allow(());
-            let read = store
-                .check_and_record_call("s", 1000, 30_000, call("fs", "read_file", "read"), allow)
-                .await
-                .unwrap()
-                .recorded
-                .unwrap();
-            store.attach_result(read, b"marks-fs").await.unwrap();
-            let own = store
-                .check_and_record_call("s", 1100, 30_000, call("mail", "list_mail", "read"), allow)
-                .await
-                .unwrap()
-                .recorded
-                .unwrap();
-            store.attach_result(own, b"marks-mail").await.unwrap();
-            store
-                .set_session_tools(
-                    "s",
-                    "fs",
-                    "fs",
-                    "sha256:aa",
-                    &["send_email", "read_file"],
-                    900,
-                )
-                .await
-                .unwrap();
-            store
-                .set_session_tools("s", "mail", "mail", "sha256:bb", &["send_email"], 950)
-                .await
-                .unwrap();
-            store
-                .set_session_tools("other", "x", "x", "sha256:cc", &["send_email"], 950)
-                .await
-                .unwrap();
-            let check = |load, exposing| CallCheck {
-                session: "s",
-                now_ms: 2000,
-                clock: None,
-                window_ms: 30_000,
-                load,
-                exposing,
-            };
-            let lean = |other: Option<i64>, own: Option<i64>| WindowLoad::Lean {
-                other_reads_ms: other,
-                own_ms: own,
-            };
-            store
-                .check_call(
-                    check(lean(Some(30_000), Some(30_000)), Some("send_email")),
-                    call("mail", "send_email", "send"),
-                    |snap| {
-                        let results: Vec<_> =
-                            snap.entries.iter().map(|e| e.result.clone()).collect();
-                        assert_eq!(
-                            results,
-                            [Some(b"marks-fs".to_vec()), Some(b"marks-mail".to_vec())],
-                            "the other server's read and the caller's own call"
-                        );
-                        let mut ids: Vec<_> =
-                            snap.exposing.iter().map(|e| e.server_id.as_str()).collect();
-                        ids.sort_unstable();
-                        assert_eq!(
-                            ids,
-                            ["fs", "mail"],
-                            "both servers of this session, not the other"
-                        );
-                        let mut ages: Vec<_> = snap
-                            .exposing
-                            .iter()
-                            .map(|e| (e.server_id.as_str(), e.pinned_at_ms))
-                            .collect();
-                        ages.sort_unstable();
-                        assert_eq!(
-                            ages,
-                            [("fs", Some(900)), ("mail", Some(950))],
-                            "no pins yet: each as old as its exposure"
-                        );
-                        CallDecision::deny(())
-                    },
-                )
-                .await
-                .unwrap();
-            store
-                .check_call(
-                    check(lean(Some(30_000), None), None),
-                    call("mail", "x", "read"),
-                    |snap| {
-                        let ids: Vec<_> =
-                            snap.entries.iter().map(|e| e.server_id.as_str()).collect();
-                        assert_eq!(ids, ["fs"], "other servers' reads only, not own calls");
-                        assert!(snap.exposing.is_empty(), "not asked for");
-                        CallDecision::deny(())
-                    },
-                )
-                .await
-                .unwrap();
-            store
-                .check_call(
-                    check(lean(Some(500), Some(30_000)), None),
-                    call("mail", "x", "read"),
-                    |snap| {
-                        let ids: Vec<_> =
-                            snap.entries.iter().map(|e| e.server_id.as_str()).collect();
-                        assert_eq!(ids, ["mail"], "fs read is older than the look-back");
-                        CallDecision::deny(())
-                    },
-                )
-                .await
-                .unwrap();
-            store
-                .set_session_tools("s", "fs", "fs", "sha256:aa", &["read_file"], 1000)
-                .await
-                .unwrap();
-            store
-                .check_call(
-                    check(lean(None, None), Some("send_email")),
-                    call("mail", "send_email", "send"),
-                    |snap| {
-                        assert_eq!(snap.exposing.len(), 1, "fs listed again without send_email");
-                        CallDecision::deny(())
-                    },
-                )
-                .await
-                .unwrap();
-            assert_eq!(store.prune_session_tools(1001).await.unwrap(), 3);
-        }
+        let store = mem().await;
+        let allow = |_: &WindowSnapshot| CallDecision::allow(());
+        let read = store
+            .check_and_record_call("s", 1000, 30_000, call("fs", "read_file", "read"), allow)
+            .await
+            .unwrap()
+            .recorded
+            .unwrap();
+        store.attach_result(read, b"marks-fs").await.unwrap();
+        let own = store
+            .check_and_record_call("s", 1100, 30_000, call("mail", "list_mail", "read"), allow)
+            .await
+            .unwrap()
+            .recorded
+            .unwrap();
+        store.attach_result(own, b"marks-mail").await.unwrap();
+        store
+            .set_session_tools(
+                "s",
+                "fs",
+                "fs",
+                "sha256:aa",
+                &["send_email", "read_file"],
+                900,
+            )
+            .await
+            .unwrap();
+        store
+            .set_session_tools("s", "mail", "mail", "sha256:bb", &["send_email"], 950)
+            .await
+            .unwrap();
+        store
+            .set_session_tools("other", "x", "x", "sha256:cc", &["send_email"], 950)
+            .await
+            .unwrap();
+        let check = |load, exposing| CallCheck {
+            session: "s",
+            now_ms: 2000,
+            clock: None,
+            window_ms: 30_000,
+            load,
+            exposing,
+        };
+        let lean = |other: Option<i64>, own: Option<i64>| WindowLoad::Lean {
+            other_reads_ms: other,
+            own_ms: own,
+        };
+        store
+            .check_call(
+                check(lean(Some(30_000), Some(30_000)), Some("send_email")),
+                call("mail", "send_email", "send"),
+                |snap| {
+                    let results: Vec<_> = snap.entries.iter().map(|e| e.result.clone()).collect();
+                    assert_eq!(
+                        results,
+                        [Some(b"marks-fs".to_vec()), Some(b"marks-mail".to_vec())],
+                        "the other server's read and the caller's own call"
+                    );
+                    let mut ids: Vec<_> =
+                        snap.exposing.iter().map(|e| e.server_id.as_str()).collect();
+                    ids.sort_unstable();
+                    assert_eq!(
+                        ids,
+                        ["fs", "mail"],
+                        "both servers of this session, not the other"
+                    );
+                    let mut ages: Vec<_> = snap
+                        .exposing
+                        .iter()
+                        .map(|e| (e.server_id.as_str(), e.pinned_at_ms))
+                        .collect();
+                    ages.sort_unstable();
+                    assert_eq!(
+                        ages,
+                        [("fs", Some(900)), ("mail", Some(950))],
+                        "no pins yet: each as old as its exposure"
+                    );
+                    CallDecision::deny(())
+                },
+            )
+            .await
+            .unwrap();
+        store
+            .check_call(
+                check(lean(Some(30_000), None), None),
+                call("mail", "x", "read"),
+                |snap| {
+                    let ids: Vec<_> = snap.entries.iter().map(|e| e.server_id.as_str()).collect();
+                    assert_eq!(ids, ["fs"], "other servers' reads only, not own calls");
+                    assert!(snap.exposing.is_empty(), "not asked for");
+                    CallDecision::deny(())
+                },
+            )
+            .await
+            .unwrap();
+        store
+            .check_call(
+                check(lean(Some(500), Some(30_000)), None),
+                call("mail", "x", "read"),
+                |snap| {
+                    let ids: Vec<_> = snap.entries.iter().map(|e| e.server_id.as_str()).collect();
+                    assert_eq!(ids, ["mail"], "fs read is older than the look-back");
+                    CallDecision::deny(())
+                },
+            )
+            .await
+            .unwrap();
+        store
+            .set_session_tools("s", "fs", "fs", "sha256:aa", &["read_file"], 1000)
+            .await
+            .unwrap();
+        store
+            .check_call(
+                check(lean(None, None), Some("send_email")),
+                call("mail", "send_email", "send"),
+                |snap| {
+                    assert_eq!(snap.exposing.len(), 1, "fs listed again without send_email");
+                    CallDecision::deny(())
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.prune_session_tools(1001).await.unwrap(), 3);
     }
 
     const CHILD_ENV: &str = "GATEHOUSE_STORE_TEST_CHILD";

@@ -87,9 +87,8 @@ struct Inner {
     path: Option<PathBuf>,
     /// Write transactions of this process queue here rather than in
     /// SQLite's busy handler, whose sleeps (1 ms and up) the relay would
-    /// otherwise pay whenever its own recorder is writing.
-    /// Holds, for this process's call checks, what each session's window
-    /// it has loaded (only ever used under the gate).
+    /// otherwise pay whenever its own recorder is writing. Behind it, what
+    /// the call checks have loaded (see [`Writer`]).
     write_gate: tokio::sync::Mutex<Writer>,
 }
 

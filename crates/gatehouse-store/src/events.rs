@@ -334,7 +334,6 @@ fn validate(event: &NewEvent) -> Result<()> {
 /// Identical events of one aggregation slot in a batch, folded before they
 /// are written: the row the database's own aggregation would make, from one
 /// statement instead of one per event.
-#[derive(Clone, Copy)]
 struct Folded<'a> {
     event: &'a NewEvent,
     key: Option<i64>,
@@ -543,7 +542,10 @@ impl Store {
     /// `chunk` as one statement batch in one transaction.
     async fn insert_batch(&self, chunk: &[Folded<'_>]) -> Result<()> {
         let mut conn = self.pool().acquire().await?;
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(batch_sql(chunk)));
+        // Not kept in the connection's statement cache: the text varies
+        // with the batch, and a cache full of one-off batches would evict
+        // the statements every call uses.
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(batch_sql(chunk))).persistent(false);
         for one in chunk {
             query = bind_event(query, one);
         }

@@ -59,14 +59,25 @@ pub(crate) fn parse_parts(
     })
 }
 
-/// Writes one bucket.
-/// Stores a (session, server) bucket; binds ?1–?5 (session, server,
-/// tokens, updated, cooldown end).
-pub(crate) const STORE_STATEMENT: &str = "INSERT INTO rate_buckets \
-    (session, server_id, tokens, updated_ms, cooldown_until_ms) \
-    VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (session, server_id) DO UPDATE SET \
-    tokens = excluded.tokens, updated_ms = excluded.updated_ms, \
-    cooldown_until_ms = excluded.cooldown_until_ms";
+/// The bucket upsert, its tokens, update time and cool-down end bound at
+/// the given parameter numbers (session ?1, server ?2).
+macro_rules! store_bucket_sql {
+    ($tokens:literal, $updated:literal, $cooldown:literal) => {
+        concat!(
+            "INSERT INTO rate_buckets ",
+            "(session, server_id, tokens, updated_ms, cooldown_until_ms) ",
+            "VALUES (?1, ?2, ?",
+            $tokens,
+            ", ?",
+            $updated,
+            ", ?",
+            $cooldown,
+            ") ON CONFLICT (session, server_id) DO UPDATE SET ",
+            "tokens = excluded.tokens, updated_ms = excluded.updated_ms, ",
+            "cooldown_until_ms = excluded.cooldown_until_ms"
+        )
+    };
+}
 
 /// Refuses a bucket that must never be stored.
 pub(crate) fn check(state: &BucketState) -> Result<()> {
@@ -78,6 +89,7 @@ pub(crate) fn check(state: &BucketState) -> Result<()> {
     Ok(())
 }
 
+/// Writes one bucket.
 pub(crate) async fn store(
     conn: &mut SqliteConnection,
     session: &str,
@@ -85,7 +97,7 @@ pub(crate) async fn store(
     state: &BucketState,
 ) -> Result<()> {
     check(state)?;
-    sqlx::query(STORE_STATEMENT)
+    sqlx::query(store_bucket_sql!(3, 4, 5))
         .bind(session)
         .bind(server_id)
         .bind(state.tokens)
@@ -96,14 +108,9 @@ pub(crate) async fn store(
     Ok(())
 }
 
-/// [`store`] as one statement of the call check's decision batch; binds ?1 session, ?2 server, ?8
-/// tokens, ?9 updated, ?10 cooldown end (the numbering of the call check's
-/// decision batch).
-pub(crate) const STORE_SQL: &str = "INSERT INTO rate_buckets \
-    (session, server_id, tokens, updated_ms, cooldown_until_ms) \
-    VALUES (?1, ?2, ?8, ?9, ?10) ON CONFLICT (session, server_id) DO UPDATE SET \
-    tokens = excluded.tokens, updated_ms = excluded.updated_ms, \
-    cooldown_until_ms = excluded.cooldown_until_ms; ";
+/// [`store`] as one statement of the call check's decision batch, in that
+/// batch's numbering (?8–?10).
+pub(crate) const STORE_SQL: &str = concat!(store_bucket_sql!(8, 9, 10), "; ");
 
 impl Store {
     /// Deletes buckets untouched since `before_ms` whose cool-down is over

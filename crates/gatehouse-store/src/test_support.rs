@@ -16,13 +16,6 @@ pub(crate) async fn mem() -> Store {
         .expect("in-memory store opens and migrates")
 }
 
-/// An in-memory store and a file store (in the returned home).
-pub(crate) async fn both() -> (TempHome, Vec<Store>) {
-    let home = TempHome::new();
-    let file = home.open().await;
-    (home, vec![mem().await, file])
-}
-
 /// A temporary home directory (removed on drop) and a store opened in it.
 pub(crate) struct TempHome {
     pub dir: tempfile::TempDir,
