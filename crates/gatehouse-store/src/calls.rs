@@ -475,8 +475,7 @@ impl<'a> Plan<'a> {
     }
 }
 
-/// [`Store::check_call`] on a pooled sqlx connection (an in-memory store):
-/// the batch `BEGIN IMMEDIATE; snapshot`, the decision, then the batch
+/// [`Store::check_call`] on one pooled connection: the batch `BEGIN IMMEDIATE; snapshot`, the decision, then the batch
 /// `writes…; COMMIT`, so the write lock is held across one hop to sqlx's
 /// worker thread. On an error the caller rolls back (and drops `loaded`).
 async fn check_locked<V, F>(
@@ -575,8 +574,9 @@ impl Store {
         self.check_call(check, call, decide).await
     }
 
-    /// [`Store::check_and_record_call`] with a choice of what to load: one
-    /// read statement, then only the writes the decision asks for.
+    /// [`Store::check_and_record_call`] with a choice of what `decide` sees
+    /// ([`WindowLoad`]): one read statement, then only the writes the
+    /// decision asks for.
     pub async fn check_call<V, F>(
         &self,
         check: CallCheck<'_>,
