@@ -95,7 +95,7 @@ pub struct ExposingServer {
 
 /// Which of the session's calls [`Store::check_call`] hands to `decide`.
 /// What is read from the database does not depend on it: only the rows
-/// changed since this process's last check (see [`LoadedWindow`]), each
+/// changed since this process's last check (`LoadedWindow`), each
 /// with its result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WindowLoad {
