@@ -38,7 +38,23 @@ pub struct Engine {
     arg_rules: Vec<(&'static str, Family, Severity, Regex)>,
 }
 
-fn translate(pattern: &str) -> String {
+/// How a rule's bounded repetitions are compiled.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Bounds {
+    /// As written: the rule's own regex, which decides what matched.
+    Exact,
+    /// `{m,n}` with a large `n` becomes `{m,}`: the set only picks the rules
+    /// whose own regex runs, so a superset is enough, and a Unicode class
+    /// repeated up to 200 times is most of the set's compile time (compiled
+    /// in every wrap process at start).
+    LooseForSet,
+}
+
+/// Upper bounds up to this stay exact in the set (cheap to compile, and
+/// they keep the set from picking rules that cannot match).
+const SET_EXACT_BOUND_MAX: u32 = 16;
+
+fn translate(pattern: &str, bounds: Bounds) -> String {
     // Outside character classes: a literal space means one or more
     // whitespace, and `\b \s \w \d` become their ASCII forms so the DFA
     // engines apply (Unicode word boundaries force slower engines; the view
@@ -87,10 +103,29 @@ fn translate(pattern: &str) -> String {
                 out.push(']');
             }
             ' ' if !in_class => out.push_str(r"(?-u:\s)+"),
+            '{' if !in_class && bounds == Bounds::LooseForSet => {
+                match loose_repetition(&mut chars) {
+                    Some(loose) => out.push_str(&loose),
+                    None => out.push('{'),
+                }
+            }
             c => out.push(c),
         }
     }
     out
+}
+
+/// After a `{`: a `{m,n}` with `n` above [`SET_EXACT_BOUND_MAX`] as `{m,}`
+/// (consumed); anything else is left to be copied as it is.
+fn loose_repetition(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Option<String> {
+    let rest: String = chars.clone().take_while(|&c| c != '}').collect();
+    let (min, max) = rest.split_once(',')?;
+    let all_digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if !all_digits(min) || !all_digits(max) || max.parse::<u32>().ok()? <= SET_EXACT_BOUND_MAX {
+        return None;
+    }
+    chars.nth(rest.len()); // the bounds and the closing brace
+    Some(format!("{{{min},}}"))
 }
 
 /// One rule's regex, compiled on first use.
@@ -167,8 +202,10 @@ impl Ctx<'_> {
 
 impl Engine {
     pub fn new() -> Result<Engine, ScannerError> {
-        let pats: Vec<String> = RULES.iter().map(|r| translate(r.pattern)).collect();
-        let set = RegexSetBuilder::new(&pats)
+        let set_pats = RULES
+            .iter()
+            .map(|r| translate(r.pattern, Bounds::LooseForSet));
+        let set = RegexSetBuilder::new(set_pats)
             .size_limit(1 << 26)
             .dfa_size_limit(1 << 26)
             .build()
@@ -219,12 +256,11 @@ impl Engine {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let regexes = pats
-            .into_iter()
-            .zip(RULES)
-            .map(|(pattern, rule)| RuleRegex {
+        let regexes = RULES
+            .iter()
+            .map(|rule| RuleRegex {
                 id: rule.id,
-                pattern,
+                pattern: translate(rule.pattern, Bounds::Exact),
                 compiled: OnceLock::new(),
             })
             .collect();
@@ -1422,5 +1458,52 @@ mod tests {
                 panic!("rule {} does not compile on its own: {err}", rule.id);
             }
         }
+    }
+
+    #[test]
+    fn the_set_loosens_only_large_upper_bounds() {
+        let cases = [
+            (r"a[^.\n]{0,200}b", r"a[^.\n]{0,}b"),
+            (r"(x|y){2,120}", r"(x|y){2,}"),
+            (r"[0-9]{1,16}", r"[0-9]{1,16}"),
+            (r"[a{0,200}]", r"[a{0,200}]"),
+            (r"\{0,200}", r"\{0,200}"),
+            (r"a{3}b{200}", r"a{3}b{200}"),
+            (r"a{,300}", r"a{,300}"),
+        ];
+        for (pattern, loose) in cases {
+            assert_eq!(translate(pattern, Bounds::LooseForSet), loose, "{pattern}");
+            assert_eq!(translate(pattern, Bounds::Exact), pattern, "{pattern}");
+        }
+    }
+
+    /// The set only picks which rules run; a loosened set must still pick
+    /// every rule whose own regex matches, over the whole shared corpus.
+    #[test]
+    fn the_set_picks_every_rule_whose_own_regex_matches() {
+        let engine = Engine::new().expect("the rule set compiles");
+        let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus");
+        let exact = RegexSetBuilder::new(engine.regexes.iter().map(|r| &r.pattern))
+            .size_limit(1 << 26)
+            .dfa_size_limit(1 << 26)
+            .build()
+            .expect("the exact patterns compile as a set");
+        let mut matched = 0;
+        for file in ["tool-definitions.jsonl", "tool-outputs.jsonl"] {
+            let text = std::fs::read_to_string(corpus.join(file)).expect("the shared corpus");
+            for line in text.lines() {
+                let view = normalize::normalize(line);
+                let picked = engine.set.matches(&view.text);
+                for idx in exact.matches(&view.text).iter() {
+                    matched += 1;
+                    let id = engine.regexes[idx].id;
+                    assert!(picked.matched(idx), "the set missed {id} on {line}");
+                }
+            }
+        }
+        assert!(
+            matched > 100,
+            "the corpus should exercise the rules ({matched} matches)"
+        );
     }
 }
