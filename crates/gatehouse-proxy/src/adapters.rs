@@ -54,9 +54,10 @@ impl ScannerInspector {
         inspector
     }
 
-    /// Builds on its own thread once started: wrap starts it right after
-    /// spawning the server, so compiling does not compete with the spawn
-    /// for the CPU, and overlaps the server's own start-up instead.
+    /// Builds on its own thread once started: wrap starts it once the
+    /// server is spawned and the relay is set up, so compiling does not
+    /// compete with the start-up checks for the CPU, and overlaps the
+    /// server's own start-up instead.
     pub fn build_when_started(
         build: impl FnOnce() -> Result<Scanner, String> + Send + 'static,
         budget: Duration,

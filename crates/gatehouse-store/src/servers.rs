@@ -194,8 +194,9 @@ impl Store {
     }
 
     /// Binds `server_id` to `command_hash` if the id is unknown (atomically:
-    /// of two processes racing, exactly one sees `FirstSeen`), otherwise
-    /// compares. A match refreshes `last_seen_ms`.
+    /// of processes racing with different commands, exactly one binds the
+    /// id and the others see `Mismatch`), otherwise compares. A match
+    /// refreshes `last_seen_ms`; the common case is one statement.
     pub async fn check_identity(
         &self,
         server_id: &str,
@@ -207,31 +208,27 @@ impl Store {
                 "server id and command hash are required",
             ));
         }
-        let inserted = sqlx::query(
+        // One statement: bind a new id, or refresh a matching one. A
+        // mismatch changes nothing and returns no row.
+        let bound: Option<i64> = sqlx::query_scalar(
             "INSERT INTO servers (id, origin, command_hash, first_seen_ms, last_seen_ms) \
-             VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+             VALUES (?1, ?2, ?3, ?4, ?4) \
+             ON CONFLICT (id) DO UPDATE SET last_seen_ms = MAX(last_seen_ms, excluded.last_seen_ms) \
+             WHERE command_hash = excluded.command_hash \
+             RETURNING first_seen_ms",
         )
         .bind(server_id)
         .bind(ServerOrigin::Wrap.as_str())
         .bind(command_hash)
         .bind(now_ms)
-        .bind(now_ms)
-        .execute(self.pool())
+        .fetch_optional(self.pool())
         .await?;
-        if inserted.rows_affected() == 1 {
-            return Ok(Identity::FirstSeen);
-        }
-        // Refresh last_seen only when the hash matches; report what is recorded.
-        let matched = sqlx::query(
-            "UPDATE servers SET last_seen_ms = MAX(last_seen_ms, ?) WHERE id = ? AND command_hash = ?",
-        )
-        .bind(now_ms)
-        .bind(server_id)
-        .bind(command_hash)
-        .execute(self.pool())
-        .await?;
-        if matched.rows_affected() == 1 {
-            return Ok(Identity::Match);
+        match bound {
+            // A second start within the first one's millisecond reads as
+            // first seen too; only a mismatch changes what wrap does.
+            Some(first_seen_ms) if first_seen_ms == now_ms => return Ok(Identity::FirstSeen),
+            Some(_) => return Ok(Identity::Match),
+            None => {}
         }
         let recorded: Option<String> =
             sqlx::query_scalar("SELECT command_hash FROM servers WHERE id = ?")
