@@ -264,6 +264,7 @@ impl Cross {
         let audit_only = relay.settings().audit_only;
         let now = now_ms();
         if let Some(presence) = self.presence.clone() {
+            presence.catch_up().await;
             let mut local = presence.local.lock().await;
             if local.alone {
                 let d = judge_local(&self.rules, &self.me, &facts, now, &local);

@@ -14,46 +14,56 @@ pub enum Line {
 }
 
 /// Reads frames from `reader`, never holding more than `max` bytes of one.
+///
+/// [`LineReader::next`] is cancel-safe: a partly read frame is kept here,
+/// not in the future, so the relay loop can `select!` on it directly.
 pub struct LineReader<R> {
     reader: R,
     max: usize,
+    /// The frame read so far.
+    buf: Vec<u8>,
+    /// Bytes of an oversized frame skipped so far.
+    skipped: Option<u64>,
 }
 
 impl<R: AsyncBufRead + Unpin> LineReader<R> {
     pub fn new(reader: R, max: usize) -> Self {
-        LineReader { reader, max }
+        LineReader {
+            reader,
+            max,
+            buf: Vec::new(),
+            skipped: None,
+        }
     }
 
     pub async fn next(&mut self) -> std::io::Result<Line> {
-        let mut buf = Vec::new();
-        let mut skipped: Option<u64> = None;
         loop {
             let chunk = self.reader.fill_buf().await?;
             if chunk.is_empty() {
                 // EOF: a final unterminated line still counts as a frame.
-                return Ok(match (skipped, buf.is_empty()) {
+                return Ok(match (self.skipped.take(), self.buf.is_empty()) {
                     (Some(n), _) => Line::Oversized(n),
                     (None, true) => Line::Eof,
-                    (None, false) => Line::Frame(buf),
+                    (None, false) => Line::Frame(std::mem::take(&mut self.buf)),
                 });
             }
             let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
                 Some(i) => (i, true),
                 None => (chunk.len(), false),
             };
-            match &mut skipped {
+            match &mut self.skipped {
                 Some(n) => *n += take as u64,
-                None if buf.len() + take > self.max => {
-                    skipped = Some((buf.len() + take) as u64);
-                    buf = Vec::new();
+                None if self.buf.len() + take > self.max => {
+                    self.skipped = Some((self.buf.len() + take) as u64);
+                    self.buf = Vec::new();
                 }
-                None => buf.extend_from_slice(&chunk[..take]),
+                None => self.buf.extend_from_slice(&chunk[..take]),
             }
             self.reader.consume(if done { take + 1 } else { take });
             if done {
-                return Ok(match skipped {
+                return Ok(match self.skipped.take() {
                     Some(n) => Line::Oversized(n),
-                    None => Line::Frame(buf),
+                    None => Line::Frame(std::mem::take(&mut self.buf)),
                 });
             }
         }
@@ -91,6 +101,24 @@ mod tests {
             ],
             "the frame after an oversized one must still arrive intact"
         );
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_read_loses_nothing() {
+        let (mut tx, rx) = tokio::io::duplex(64);
+        let mut reader = LineReader::new(tokio::io::BufReader::new(rx), 100);
+        use tokio::io::AsyncWriteExt;
+        tx.write_all(b"half of a ").await.unwrap();
+        // The frame is incomplete: the read is pending and then dropped.
+        let pending =
+            tokio::time::timeout(std::time::Duration::from_millis(20), reader.next()).await;
+        assert!(pending.is_err(), "no whole frame yet");
+        tx.write_all(b"frame\nnext\n").await.unwrap();
+        assert_eq!(
+            reader.next().await.unwrap(),
+            Line::Frame(b"half of a frame".to_vec())
+        );
+        assert_eq!(reader.next().await.unwrap(), Line::Frame(b"next".to_vec()));
     }
 
     #[tokio::test]

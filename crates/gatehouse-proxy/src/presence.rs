@@ -17,6 +17,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -112,6 +113,8 @@ pub struct Presence {
     server_id: String,
     member: i64,
     stamp: PathBuf,
+    /// The stamp file's length when members were last read.
+    seen_len: AtomicU64,
     window_ms: i64,
     pub local: Mutex<Local>,
 }
@@ -188,6 +191,7 @@ impl Presence {
             session: session.to_owned(),
             server_id: server_id.to_owned(),
             member,
+            seen_len: AtomicU64::new(stamp_len(&stamp)),
             stamp,
             window_ms,
             local: Mutex::new(Local {
@@ -253,23 +257,38 @@ impl Presence {
         }
     }
 
+    /// Before a call is judged: a join or leave the poller has not seen yet
+    /// (the stamp grew) is handled now, so no call is judged alone after
+    /// another server joined (one `stat`).
+    pub async fn catch_up(&self) {
+        if stamp_len(&self.stamp) != self.seen_len.load(Ordering::Acquire) {
+            self.refresh_members().await;
+        }
+    }
+
     /// The poller: notices joins and leaves, syncs, and returns to the fast
     /// path when this process is alone again. Ends when the process leaves
     /// (the task is dropped with the runtime).
     async fn poll(self: Arc<Self>) {
-        let mut seen_len = stamp_len(&self.stamp);
         let mut refreshed = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(POLL).await;
-            let len = stamp_len(&self.stamp);
-            if len == seen_len && refreshed.elapsed() < REFRESH {
+            let changed = stamp_len(&self.stamp) != self.seen_len.load(Ordering::Acquire);
+            if !changed && refreshed.elapsed() < REFRESH {
                 continue;
             }
-            seen_len = len;
             refreshed = tokio::time::Instant::now();
-            if let Err(err) = self.refresh().await {
-                warn!(%err, "could not refresh the session's members");
-            }
+            self.refresh_members().await;
+        }
+    }
+
+    /// Re-reads the members (noting the stamp's length first, so a change
+    /// made meanwhile is seen next time) and hands over if one joined.
+    async fn refresh_members(&self) {
+        self.seen_len
+            .store(stamp_len(&self.stamp), Ordering::Release);
+        if let Err(err) = self.refresh().await {
+            warn!(%err, "could not refresh the session's members");
         }
     }
 

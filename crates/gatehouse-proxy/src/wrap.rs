@@ -415,8 +415,8 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
 
     let (to_client, client_writer) = writer_task(crate::stdio::client_stdout());
     let (to_server, server_writer) = writer_task(child_stdin);
-    let mut client_lines = reader_task(crate::stdio::client_stdin(), max_frame);
-    let mut server_lines = reader_task(child_stdout, max_frame);
+    let mut client_lines = line_reader(crate::stdio::client_stdin(), max_frame);
+    let mut server_lines = line_reader(child_stdout, max_frame);
     let (pins_tx, mut pins_rx) = mpsc::channel::<PinTable>(4);
     if let Some(store) = &store {
         tokio::spawn(poll_pins(
@@ -504,18 +504,18 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 server_out.flush();
                 Vec::new()
             }
-            line = client_lines.recv(), if client_open && server_out.has_room() => match line {
-                Some(Line::Frame(bytes)) => relay.on_client_frame(parse_frame(bytes), now_ms()),
-                Some(Line::Oversized(n)) => vec![oversized_event("client", n, max_frame)],
-                Some(Line::Eof) | None => {
+            line = next_line(&mut client_lines), if client_open && server_out.has_room() => match line {
+                Line::Frame(bytes) => relay.on_client_frame(parse_frame(bytes), now_ms()),
+                Line::Oversized(n) => vec![oversized_event("client", n, max_frame)],
+                Line::Eof => {
                     client_open = false;
                     Vec::new()
                 }
             },
-            line = server_lines.recv(), if client_out.has_room() => match line {
-                Some(Line::Frame(bytes)) => relay.on_server_frame(parse_frame(bytes), now_ms()),
-                Some(Line::Oversized(n)) => vec![oversized_event("server", n, max_frame)],
-                Some(Line::Eof) | None => break None,
+            line = next_line(&mut server_lines), if client_out.has_room() => match line {
+                Line::Frame(bytes) => relay.on_server_frame(parse_frame(bytes), now_ms()),
+                Line::Oversized(n) => vec![oversized_event("server", n, max_frame)],
+                Line::Eof => break None,
             },
             Some(pins) = pins_rx.recv() => relay.on_pins_reloaded(pins, now_ms()),
             Ok(()) = paused.changed() => {
@@ -645,8 +645,8 @@ async fn refuse_loop<I: Inspector>(
     max_frame: usize,
 ) -> Result<i32, WrapError> {
     let (to_client, writer) = writer_task(crate::stdio::client_stdout());
-    let mut lines = reader_task(crate::stdio::client_stdin(), max_frame);
-    while let Some(Line::Frame(bytes)) = lines.recv().await {
+    let mut lines = line_reader(crate::stdio::client_stdin(), max_frame);
+    while let Line::Frame(bytes) = next_line(&mut lines).await {
         for output in relay.on_client_frame(parse_frame(bytes), now_ms()) {
             match output {
                 Output::ToClient(b) => {
@@ -678,29 +678,20 @@ fn oversized_event(side: &str, len: u64, max: usize) -> Output {
     )
 }
 
-/// Reads lines on its own task so a slow side never stalls the other.
-fn reader_task<R>(reader: R, max: usize) -> mpsc::Receiver<Line>
-where
-    R: tokio::io::AsyncRead + Unpin + Send + 'static,
-{
-    let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(async move {
-        let mut lines = LineReader::new(BufReader::with_capacity(64 * 1024, reader), max);
-        loop {
-            let line = match lines.next().await {
-                Ok(line) => line,
-                Err(err) => {
-                    debug!(%err, "read failed");
-                    Line::Eof
-                }
-            };
-            let eof = line == Line::Eof;
-            if tx.send(line).await.is_err() || eof {
-                return;
-            }
-        }
-    });
-    rx
+/// Frames from one peer, read on the relay's own task: the loop selects on
+/// both peers' next frame (a read that loses the race keeps its partial
+/// frame), so neither side waits on the other and a frame costs no hand-off
+/// between tasks.
+fn line_reader<R: tokio::io::AsyncRead + Unpin>(reader: R, max: usize) -> LineReader<BufReader<R>> {
+    LineReader::new(BufReader::with_capacity(64 * 1024, reader), max)
+}
+
+/// The next frame; a failed read ends the side like EOF.
+async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(lines: &mut LineReader<R>) -> Line {
+    lines.next().await.unwrap_or_else(|err| {
+        debug!(%err, "read failed");
+        Line::Eof
+    })
 }
 
 /// Writes frames, newline-terminated, flushing when the queue is empty.
