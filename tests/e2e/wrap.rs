@@ -459,6 +459,43 @@ fn sigterm_to_wrap_ends_the_server() {
     drop(stdin);
 }
 
+/// The parent-death signal (Linux): a server that ignores the end of its
+/// stdin still ends when wrap is killed outright.
+#[cfg(target_os = "linux")]
+#[test]
+fn sigkill_to_wrap_still_ends_the_server() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let pid_file = sb.path().join("server.pid");
+    let argv = sb.wrap_argv(
+        "lingering",
+        &[],
+        &peers.py_server(
+            "raw_server.py",
+            &["--pid-file", &pid_file.display().to_string(), "--linger"],
+        ),
+    );
+    let mut wrap = spawn_wrap(&sb, &argv);
+    let mut stdin = wrap.stdin.take().unwrap();
+    writeln!(stdin, "{INIT}").unwrap();
+    let mut line = String::new();
+    BufReader::new(wrap.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("raw-e2e"), "initialize answered: {line}");
+    let server_pid = read_pid(&pid_file);
+    assert!(!process_gone(server_pid), "server is running");
+
+    wrap.kill().unwrap();
+    wrap.wait().unwrap();
+    wait_until(
+        "the server is gone after wrap was SIGKILLed",
+        Duration::from_secs(5),
+        || process_gone(server_pid),
+    );
+    drop(stdin);
+}
+
 #[test]
 fn server_exit_code_propagates_through_wrap() {
     let peers = Peers::locate();

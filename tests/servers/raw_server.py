@@ -1,7 +1,7 @@
 """A minimal stdlib-only MCP server speaking newline-delimited JSON-RPC,
 for behaviours no SDK server produces on demand.
 
-Usage: raw_server.py [--garbage] [--exit-after-init CODE] [--pid-file PATH] [--requests]
+Usage: raw_server.py [--garbage] [--exit-after-init CODE] [--pid-file PATH] [--requests] [--linger]
 
   --garbage            before answering tools/call, write one unparseable
                        line to stdout (the proxy must drop it)
@@ -12,6 +12,8 @@ Usage: raw_server.py [--garbage] [--exit-after-init CODE] [--pid-file PATH] [--r
                        sampling/createMessage (with includeContext when
                        given), elicit() sends elicitation/create; each
                        returns the JSON answer it got (result or error)
+  --linger             keep running after stdin closes (a server that only
+                       a signal ends)
 
 Tools: echo(text) -> text.
 """
@@ -19,10 +21,12 @@ Tools: echo(text) -> text.
 import json
 import os
 import sys
+import time
 
 args = sys.argv[1:]
 garbage = "--garbage" in args
 requests = "--requests" in args
+linger = "--linger" in args
 exit_code = int(args[args.index("--exit-after-init") + 1]) if "--exit-after-init" in args else None
 if "--pid-file" in args:
     with open(args[args.index("--pid-file") + 1], "w") as f:
@@ -85,6 +89,8 @@ def request_tool(name, arguments):
 while True:
     line = sys.stdin.readline()
     if not line:
+        while linger:
+            time.sleep(60)
         break
     try:
         msg = json.loads(line)

@@ -3,9 +3,12 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+#[cfg(not(target_os = "linux"))]
 use std::process::Stdio;
 
-use tokio::process::{Child, Command};
+use tokio::io::{AsyncRead, AsyncWrite};
+#[cfg(not(target_os = "linux"))]
+use tokio::process::Command;
 
 /// Finds `program` the way a shell would, in the `PATH` the child will get.
 /// Names with a path separator are taken as paths (relative to `cwd`).
@@ -61,9 +64,49 @@ fn is_executable(path: &Path) -> bool {
     path.is_file()
 }
 
+#[cfg(target_os = "linux")]
+mod linux;
+
+/// A started server: its stdin and stdout (taken once by the relay) and its
+/// process.
+pub struct Server {
+    pub stdin: Option<Box<dyn AsyncWrite + Unpin + Send>>,
+    pub stdout: Option<Box<dyn AsyncRead + Unpin + Send>>,
+    process: Process,
+}
+
+#[cfg(target_os = "linux")]
+type Process = linux::Process;
+#[cfg(not(target_os = "linux"))]
+type Process = tokio::process::Child;
+
+impl Server {
+    /// The pid while the server has not been reaped.
+    pub fn id(&self) -> Option<u32> {
+        self.process.id()
+    }
+
+    /// Waits for the server to end (cancel-safe).
+    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.process.wait().await
+    }
+}
+
 /// Spawns `exe args` with exactly `env`, stdin/stdout piped, stderr passed
-/// straight through (so it can never block the relay).
-pub fn spawn(exe: &Path, args: &[String], env: &[(String, String)]) -> std::io::Result<Child> {
+/// straight through (so it can never block the relay). The server is killed
+/// if the `Server` is dropped before it ended, and cannot outlive wrap.
+#[cfg(target_os = "linux")]
+pub fn spawn(exe: &Path, args: &[String], env: &[(String, String)]) -> std::io::Result<Server> {
+    let (process, stdin, stdout) = linux::spawn(exe, args, env)?;
+    Ok(Server {
+        stdin: Some(Box::new(stdin)),
+        stdout: Some(Box::new(stdout)),
+        process,
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn spawn(exe: &Path, args: &[String], env: &[(String, String)]) -> std::io::Result<Server> {
     let mut cmd = Command::new(exe);
     cmd.args(args)
         .env_clear()
@@ -73,7 +116,18 @@ pub fn spawn(exe: &Path, args: &[String], env: &[(String, String)]) -> std::io::
         .stderr(Stdio::inherit())
         .kill_on_drop(true);
     lifetime::tie_to_parent(&mut cmd);
-    cmd.spawn()
+    let mut child = cmd.spawn()?;
+    Ok(Server {
+        stdin: child
+            .stdin
+            .take()
+            .map(|s| Box::new(s) as Box<dyn AsyncWrite + Unpin + Send>),
+        stdout: child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn AsyncRead + Unpin + Send>),
+        process: child,
+    })
 }
 
 /// Exit code for a finished child: its own code, or 128 + signal.
@@ -94,21 +148,8 @@ pub fn exit_code(status: std::process::ExitStatus) -> i32 {
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 mod lifetime {
-    /// Own process group (so we can signal the whole tree) and a
-    /// parent-death signal (so the server cannot outlive wrap, even when
-    /// wrap is SIGKILLed).
-    pub fn tie_to_parent(cmd: &mut tokio::process::Command) {
-        cmd.process_group(0);
-        // SAFETY: prctl is async-signal-safe; nothing else runs in pre_exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
+    // The process group and the parent-death signal are set by `spawn`
+    // (`linux.rs`).
 
     /// Sends `signal` to the child's process group.
     pub fn signal_group(pid: u32, signal: i32) {
@@ -194,7 +235,7 @@ mod lifetime {
 }
 
 /// Asks the server's process group to stop (SIGTERM on Unix).
-pub fn terminate(child: &Child) {
+pub fn terminate(child: &Server) {
     if let Some(pid) = child.id() {
         #[cfg(unix)]
         lifetime::signal_group(pid, libc::SIGTERM);
@@ -204,7 +245,7 @@ pub fn terminate(child: &Child) {
 }
 
 /// Kills the server's process group (SIGKILL on Unix).
-pub fn kill(child: &Child) {
+pub fn kill(child: &Server) {
     if let Some(pid) = child.id() {
         #[cfg(unix)]
         lifetime::signal_group(pid, libc::SIGKILL);

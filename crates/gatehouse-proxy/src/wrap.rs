@@ -589,7 +589,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
 /// What the start-up checks decided: run the server, or answer every
 /// request with the refusal and start nothing.
 enum Start {
-    Run(tokio::process::Child),
+    Run(child::Server),
     Refuse { rule: String, reason: String },
 }
 
