@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
+use std::process::ChildStdin;
 use std::time::{Duration, Instant};
 
 use gatehouse_e2e::{
-    process_gone, read_frames, result_text, signal, spawn_wrap, wait_until, Driver, Peers, Sandbox,
-    INIT, STEP_TIMEOUT,
+    process_gone, read_frames, result_text, signal, spawn_wrap, wait_until, Driver, Peers, Reaped,
+    Sandbox, INIT, STEP_TIMEOUT,
 };
 use serde_json::{json, Value};
 
@@ -411,20 +412,16 @@ fn read_pid(path: &Path) -> u32 {
         .expect("pid")
 }
 
-#[test]
-fn sigterm_to_wrap_ends_the_server() {
+/// wrap around `raw_server.py` (with `extra` flags), initialized; returns
+/// wrap, its stdin (kept open) and the server's pid.
+fn start_raw_server(sb: &Sandbox, id: &str, extra: &[&str]) -> (Reaped, ChildStdin, u32) {
     let peers = Peers::locate();
-    let sb = Sandbox::new();
     let pid_file = sb.path().join("server.pid");
-    let argv = sb.wrap_argv(
-        "lifetime",
-        &[],
-        &peers.py_server(
-            "raw_server.py",
-            &["--pid-file", &pid_file.display().to_string()],
-        ),
-    );
-    let mut wrap = spawn_wrap(&sb, &argv);
+    let pid_arg = pid_file.display().to_string();
+    let mut args = vec!["--pid-file", pid_arg.as_str()];
+    args.extend_from_slice(extra);
+    let argv = sb.wrap_argv(id, &[], &peers.py_server("raw_server.py", &args));
+    let mut wrap = spawn_wrap(sb, &argv);
     let mut stdin = wrap.stdin.take().unwrap();
     writeln!(stdin, "{INIT}").unwrap();
     let mut line = String::new();
@@ -437,6 +434,13 @@ fn sigterm_to_wrap_ends_the_server() {
     );
     let server_pid = read_pid(&pid_file);
     assert!(!process_gone(server_pid), "server is running");
+    (wrap, stdin, server_pid)
+}
+
+#[test]
+fn sigterm_to_wrap_ends_the_server() {
+    let sb = Sandbox::new();
+    let (mut wrap, stdin, server_pid) = start_raw_server(&sb, "lifetime", &[]);
 
     signal(wrap.id(), "TERM");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -464,28 +468,8 @@ fn sigterm_to_wrap_ends_the_server() {
 #[cfg(target_os = "linux")]
 #[test]
 fn sigkill_to_wrap_still_ends_the_server() {
-    let peers = Peers::locate();
     let sb = Sandbox::new();
-    let pid_file = sb.path().join("server.pid");
-    let argv = sb.wrap_argv(
-        "lingering",
-        &[],
-        &peers.py_server(
-            "raw_server.py",
-            &["--pid-file", &pid_file.display().to_string(), "--linger"],
-        ),
-    );
-    let mut wrap = spawn_wrap(&sb, &argv);
-    let mut stdin = wrap.stdin.take().unwrap();
-    writeln!(stdin, "{INIT}").unwrap();
-    let mut line = String::new();
-    BufReader::new(wrap.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("raw-e2e"), "initialize answered: {line}");
-    let server_pid = read_pid(&pid_file);
-    assert!(!process_gone(server_pid), "server is running");
-
+    let (mut wrap, stdin, server_pid) = start_raw_server(&sb, "lingering", &["--linger"]);
     wrap.kill().unwrap();
     wrap.wait().unwrap();
     wait_until(
