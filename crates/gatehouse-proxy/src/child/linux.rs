@@ -32,8 +32,8 @@ pub struct Process {
     pid: libc::pid_t,
     /// Closed or answered once the process has ended, by a thread waiting
     /// for it without reaping it: only `wait` reaps, so until then the pid
-    /// stays this process's own and is safe to signal.
-    exited: oneshot::Receiver<()>,
+    /// stays this process's own and is safe to signal. `None` once heard.
+    exited: Option<oneshot::Receiver<()>>,
     status: Option<ExitStatus>,
 }
 
@@ -54,7 +54,10 @@ impl Process {
         }
         // A waiter that failed (and dropped its sender) leaves the answer to
         // the blocking reap below.
-        let _ = (&mut self.exited).await;
+        if let Some(exited) = &mut self.exited {
+            let _ = exited.await;
+            self.exited = None;
+        }
         let status = reap(self.pid)?;
         self.status = Some(status);
         Ok(status)
@@ -170,6 +173,12 @@ pub fn spawn(
         return Err(io::Error::from_raw_os_error(errno));
     }
     let (done, exited) = oneshot::channel();
+    // Built first: if anything below fails, dropping it kills the server.
+    let process = Process {
+        pid,
+        exited: Some(exited),
+        status: None,
+    };
     std::thread::Builder::new()
         .name("gatehouse-server-wait".into())
         .stack_size(64 * 1024)
@@ -178,11 +187,6 @@ pub fn spawn(
                 let _ = done.send(());
             }
         })?;
-    let process = Process {
-        pid,
-        exited,
-        status: None,
-    };
     Ok((
         process,
         pipe::Sender::from_owned_fd(stdin_write)?,
