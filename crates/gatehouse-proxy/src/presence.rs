@@ -6,7 +6,8 @@
 //! session at start. A process that finds no other live member is *alone*.
 //! A poller watches the session's stamp file (one byte appended per join and
 //! leave, so a `stat` detects them) and re-reads the members when it changes
-//! (and every few seconds, to notice crashed members). When a process that
+//! (and every few seconds, to notice crashed members); every call checks the
+//! stamp the same way before it is judged (`Presence::catch_up`). When a process that
 //! was alone sees a later member, it writes its in-memory calls (with their
 //! results' taint marks and its cool-down) to the shared window and
 //! acknowledges the join in one transaction; every member acknowledges every
