@@ -39,10 +39,19 @@ pub fn held_reason(server_id: &str) -> String {
     )
 }
 
-/// Records this launch and judges it. Returns the held reason when
-/// `hold` is set and the launch changed since its approved fingerprint.
-/// A first launch (nothing recorded yet) is never held and is judged in
-/// the background, off the start-up path.
+/// The launch check's answer.
+pub(crate) struct Checked {
+    /// Why the launch is held (`hold` set and the launch changed since its
+    /// approved fingerprint).
+    pub held: Option<String>,
+    /// Recording the launch, in the background: wrap awaits it before it
+    /// closes the store on its way out.
+    pub recording: tokio::task::JoinHandle<()>,
+}
+
+/// Records this launch and judges it. A first launch (nothing recorded
+/// yet) is never held and is judged in the background, off the start-up
+/// path.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn check(
     store: &Store,
@@ -53,7 +62,7 @@ pub(crate) async fn check(
     recorded: Option<&LaunchPin>,
     hold: bool,
     recorder: &Recorder,
-) -> Option<String> {
+) -> Checked {
     let known = hold
         && (recorded.is_some()
             || store
@@ -65,7 +74,7 @@ pub(crate) async fn check(
     if !known {
         let (store, key, server_id) = (store.clone(), key.clone(), server_id.to_string());
         let (exe, argv, recorder) = (exe.to_path_buf(), argv.to_vec(), recorder.clone());
-        tokio::spawn(async move {
+        let recording = tokio::spawn(async move {
             let (pin, unversioned) = launch_pin(&store, &server_id, &exe, &argv).await;
             let mut held = false;
             if hold {
@@ -74,7 +83,10 @@ pub(crate) async fn check(
             }
             record(&store, &server_id, pin, unversioned, held, &recorder).await;
         });
-        return None;
+        return Checked {
+            held: None,
+            recording,
+        };
     }
     let (pin, unversioned) = launch_pin(store, server_id, exe, argv).await;
     let held = judge(store, key, server_id, &pin, recorded_fingerprint(recorded)).await;
@@ -97,12 +109,12 @@ pub(crate) async fn check(
             eprintln!("gatehouse: could not ask about the held launch: {err}");
         }
     }
-    {
+    let recording = {
         let (store, server_id, recorder) = (store.clone(), server_id.to_string(), recorder.clone());
         tokio::spawn(async move {
             record(&store, &server_id, pin, unversioned, held, &recorder).await;
-        });
-    }
+        })
+    };
     if held {
         recorder.event(
             EngineEvent::new(
@@ -113,9 +125,11 @@ pub(crate) async fn check(
             )
             .reason(held_reason(server_id)),
         );
-        return Some(held_reason(server_id));
     }
-    None
+    Checked {
+        held: held.then(|| held_reason(server_id)),
+        recording,
+    }
 }
 
 /// What a launch is, as shown to the person approving it (no secrets).

@@ -186,9 +186,9 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     // Launch pinning (DESIGN §6): a changed executable, script or package
     // is held under on_launch_change = "hold" — no secrets, no tools —
     // until a person approves it.
-    let launch_held = match &store {
+    let (launch_held, launch_recording) = match &store {
         Some(store) if policy.pinning.launch_pinning && !mismatch => {
-            crate::launch::check(
+            let checked = crate::launch::check(
                 store,
                 &mac_key,
                 &opts.server_id,
@@ -198,9 +198,10 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 policy.pinning.on_launch_change == gatehouse_config::OnLaunchChange::Hold,
                 &recorder,
             )
-            .await
+            .await;
+            (checked.held, Some(checked.recording))
         }
-        _ => None,
+        _ => (None, None),
     };
     if let Some(reason) = &launch_held {
         eprintln!("gatehouse: {server_name}: {reason}");
@@ -576,11 +577,15 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     };
     cross.leave().await;
     inbox.leave().await;
+    if let Some(recording) = launch_recording {
+        let _ = tokio::time::timeout(STOP_GRACE, recording).await;
+    }
     recorder.finish().await;
     if let Some(store) = &store {
         // The last process to close the database folds its write-ahead log
         // back in and removes it, so the next first opener has none to
-        // replay (0.5 ms per 4 MB at every wrap start).
+        // replay (0.5 ms per 4 MB at every wrap start). What could still
+        // use the store — the launch record, events, pins — is done.
         store.close().await;
     }
     Ok(code)
