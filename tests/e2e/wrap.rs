@@ -239,6 +239,30 @@ fn held_rule_named(result: &Value) -> bool {
     result["isError"] == true && result_text(result).contains("pin.held")
 }
 
+/// DESIGN §6: a database with no pins while protect's backups exist was
+/// replaced, so nothing is trusted at first sight.
+#[test]
+fn a_fresh_database_beside_protect_backups_trusts_nothing_at_first_sight() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let backups = sb.gatehouse_home().join("backups");
+    std::fs::create_dir_all(&backups).unwrap();
+    std::fs::write(backups.join("cursor-mcp.json.bak"), "{}").unwrap();
+    let desc = sb.path().join("description.txt");
+    std::fs::write(&desc, "Adds two integers.").unwrap();
+    let server = peers.py_server("fastmcp_server.py", &[&desc.display().to_string()]);
+    let argv = sb.wrap_argv("replaced", &[], &server);
+
+    let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
+    assert!(
+        d.list_tools().is_empty(),
+        "every tool is held, none trusted at first sight"
+    );
+    let r = d.call("add", json!({"a": 1, "b": 2}));
+    assert!(held_rule_named(&r), "a call is held: {r}");
+    d.quit();
+}
+
 #[test]
 fn rug_pull_is_held_until_trusted_then_passes_in_the_same_session() {
     let peers = Peers::locate();

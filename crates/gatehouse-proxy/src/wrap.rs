@@ -358,22 +358,20 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     // A replaced database (no pins while protect backups exist) trusts
     // nothing; one that protect itself recorded this server in is not
     // replaced, so the server's first session may pin at first sight.
+    // (Asked only when first sight is otherwise possible: a known server
+    // skips the query.)
     let protected_here = registered
         .as_ref()
         .is_some_and(|s| s.origin == gatehouse_store::ServerOrigin::Protect);
+    let may_trust_first =
+        server_settings.pin_at_first_sight && !mismatch && launch_held.is_none() && pins.is_empty();
     let fresh_while_protected = match &store {
-        Some(s) => {
-            !protected_here
-                && !s.has_ever_pinned().await.unwrap_or(true)
-                && protected_configs_exist(&home_dir)
+        Some(s) if may_trust_first && !protected_here => {
+            !s.has_ever_pinned().await.unwrap_or(true) && protected_configs_exist(&home_dir)
         }
-        None => false,
+        _ => false,
     };
-    let trust_first = server_settings.pin_at_first_sight
-        && !mismatch
-        && launch_held.is_none()
-        && pins.is_empty()
-        && !fresh_while_protected;
+    let trust_first = may_trust_first && !fresh_while_protected;
     let settings = Settings {
         launch_held,
         ..engine_settings(&policy, &server_settings, &server_name, &opts, trust_first)
