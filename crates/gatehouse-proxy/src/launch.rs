@@ -115,7 +115,8 @@ pub(crate) async fn check(
             record(&store, &server_id, pin, unversioned, held, &recorder).await;
         })
     };
-    if held {
+    let held = held.then(|| held_reason(server_id));
+    if let Some(reason) = &held {
         recorder.event(
             EngineEvent::new(
                 "mcp_server_launch_held",
@@ -123,13 +124,10 @@ pub(crate) async fn check(
                 gatehouse_engine::Action::Hold,
                 "launch.held",
             )
-            .reason(held_reason(server_id)),
+            .reason(reason.clone()),
         );
     }
-    Checked {
-        held: held.then(|| held_reason(server_id)),
-        recording,
-    }
+    Checked { held, recording }
 }
 
 /// What a launch is, as shown to the person approving it (no secrets).

@@ -7,8 +7,8 @@
 //! A poller watches the session's stamp file (one byte appended per join and
 //! leave, so a `stat` detects them) and re-reads the members when it changes
 //! (and every few seconds, to notice crashed members); every call checks the
-//! stamp the same way before it is judged (`Presence::catch_up`). When a process that
-//! was alone sees a later member, it writes its in-memory calls (with their
+//! stamp the same way before it is judged (`Presence::catch_up`). When a
+//! process that was alone sees a later member, it writes its in-memory calls (with their
 //! results' taint marks and its cool-down) to the shared window and
 //! acknowledges the join in one transaction; every member acknowledges every
 //! later member. A joiner checks its first call only once all earlier
@@ -262,8 +262,9 @@ impl Presence {
     /// (the stamp grew) is handled now, so no call is judged alone after
     /// another server joined (one `stat`).
     pub async fn catch_up(&self) {
-        if stamp_len(&self.stamp) != self.seen_len.load(Ordering::Acquire) {
-            self.refresh_members().await;
+        let len = stamp_len(&self.stamp);
+        if len != self.seen_len.load(Ordering::Acquire) {
+            self.refresh_members(len).await;
         }
     }
 
@@ -274,20 +275,20 @@ impl Presence {
         let mut refreshed = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(POLL).await;
-            let changed = stamp_len(&self.stamp) != self.seen_len.load(Ordering::Acquire);
-            if !changed && refreshed.elapsed() < REFRESH {
+            let len = stamp_len(&self.stamp);
+            if len == self.seen_len.load(Ordering::Acquire) && refreshed.elapsed() < REFRESH {
                 continue;
             }
             refreshed = tokio::time::Instant::now();
-            self.refresh_members().await;
+            self.refresh_members(len).await;
         }
     }
 
-    /// Re-reads the members (noting the stamp's length first, so a change
-    /// made meanwhile is seen next time) and hands over if one joined.
-    async fn refresh_members(&self) {
-        self.seen_len
-            .store(stamp_len(&self.stamp), Ordering::Release);
+    /// Re-reads the members (noting the stamp's length `len`, read before
+    /// them, so a change made meanwhile is seen next time) and hands over if
+    /// one joined.
+    async fn refresh_members(&self, len: u64) {
+        self.seen_len.store(len, Ordering::Release);
         if let Err(err) = self.refresh().await {
             warn!(%err, "could not refresh the session's members");
         }

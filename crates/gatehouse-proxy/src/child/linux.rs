@@ -78,8 +78,7 @@ impl Drop for Process {
 
 /// What the child reads between the clone and `execve`.
 struct Plan {
-    path: CString,
-    /// NULL-terminated, pointing into `_strings`.
+    /// NULL-terminated, pointing into `_strings`; `argv[0]` is the program.
     argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
     _strings: Vec<CString>,
@@ -104,8 +103,7 @@ pub fn spawn(
             "a NUL byte in the command or its environment",
         )
     };
-    let path = CString::new(exe.as_os_str().as_bytes()).map_err(nul)?;
-    let mut strings = vec![path.clone()];
+    let mut strings = vec![CString::new(exe.as_os_str().as_bytes()).map_err(nul)?];
     for arg in args {
         strings.push(CString::new(arg.as_bytes()).map_err(nul)?);
     }
@@ -133,7 +131,6 @@ pub fn spawn(
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut mask);
     }
     let plan = Plan {
-        path,
         argv,
         envp,
         _strings: strings,
@@ -225,7 +222,7 @@ extern "C" fn child_main(arg: *mut c_void) -> c_int {
             fail(plan.report);
         }
         libc::sigprocmask(libc::SIG_SETMASK, &plan.mask, std::ptr::null_mut());
-        libc::execve(plan.path.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr());
+        libc::execve(plan.argv[0], plan.argv.as_ptr(), plan.envp.as_ptr());
         fail(plan.report)
     }
 }
