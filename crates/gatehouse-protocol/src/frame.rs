@@ -43,14 +43,18 @@ fn parse_body(raw: &[u8]) -> FrameBody {
     if text.iter().all(u8::is_ascii_whitespace) {
         return FrameBody::Empty;
     }
-    if let Err(err) = std::str::from_utf8(text) {
-        return FrameBody::Unparseable(format!("invalid UTF-8 at byte {}", err.valid_up_to()));
-    }
-    if max_depth(text) > MAX_INSPECTABLE_DEPTH {
+    let text = match std::str::from_utf8(text) {
+        Ok(text) => text,
+        Err(err) => {
+            return FrameBody::Unparseable(format!("invalid UTF-8 at byte {}", err.valid_up_to()))
+        }
+    };
+    let shape = shape(text.as_bytes());
+    if shape.depth > MAX_INSPECTABLE_DEPTH {
         return FrameBody::TooDeep;
     }
     let sanitized;
-    let text = if has_surrogate_escape(text) {
+    let text = if shape.surrogate_escape {
         sanitized = replace_lone_surrogates(text);
         &sanitized[..]
     } else {
@@ -86,30 +90,49 @@ impl ClassifyName for serde_json::Error {
 }
 
 /// Parses without serde_json's recursion limit; serde_stacker grows the
-/// stack on the heap as needed.
-fn parse_value(text: &[u8]) -> Result<Value, serde_json::Error> {
-    let mut de = serde_json::Deserializer::from_slice(text);
+/// stack on the heap as needed. From `&str`: the UTF-8 was checked once.
+fn parse_value(text: &str) -> Result<Value, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(text);
     de.disable_recursion_limit();
     let value = Value::deserialize(serde_stacker::Deserializer::new(&mut de))?;
     de.end()?;
     Ok(value)
 }
 
-/// Maximum nesting of arrays and objects, ignoring brackets inside strings.
-fn max_depth(text: &[u8]) -> usize {
-    let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
-    for &b in text {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
+/// What one pass over a line finds before it is parsed.
+#[derive(Debug, PartialEq, Eq)]
+struct Shape {
+    /// Maximum nesting of arrays and objects, ignoring brackets inside strings.
+    depth: usize,
+    /// A `\uD…` escape inside a string: a surrogate that may be lone.
+    surrogate_escape: bool,
+}
+
+/// One pass on every frame, so it skips through string contents with
+/// `memchr` (a result's text is most of its bytes) instead of byte by byte.
+fn shape(text: &[u8]) -> Shape {
+    let (mut depth, mut max, mut surrogate_escape) = (0usize, 0usize, false);
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'"' => {
+                // Inside a string: only `"` ends it and only `\` escapes.
+                i += 1;
+                loop {
+                    let Some(at) = memchr::memchr2(b'"', b'\\', &text[i..]) else {
+                        // Unterminated: the parser reports it.
+                        i = text.len();
+                        break;
+                    };
+                    i += at;
+                    if text[i] == b'"' {
+                        break;
+                    }
+                    surrogate_escape |= text.get(i + 1) == Some(&b'u')
+                        && matches!(text.get(i + 2), Some(b'd' | b'D'));
+                    i = (i + 2).min(text.len());
+                }
             }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
                 max = max.max(depth);
@@ -117,20 +140,20 @@ fn max_depth(text: &[u8]) -> usize {
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
+        i += 1;
     }
-    max
-}
-
-fn has_surrogate_escape(text: &[u8]) -> bool {
-    text.windows(3)
-        .any(|w| w[0] == b'\\' && w[1] == b'u' && (w[2] == b'd' || w[2] == b'D'))
+    Shape {
+        depth: max,
+        surrogate_escape,
+    }
 }
 
 /// Rewrites `\uD800`–`\uDFFF` escapes that do not form a valid pair into
 /// `\uFFFD`, so the parsed view keeps every other character. JavaScript
 /// clients accept lone surrogates; refusing them would make a parser
 /// difference, and the raw bytes are what gets forwarded anyway.
-fn replace_lone_surrogates(text: &[u8]) -> Vec<u8> {
+fn replace_lone_surrogates(text: &str) -> String {
+    let text = text.as_bytes();
     let mut out = Vec::with_capacity(text.len());
     let mut i = 0;
     let mut in_string = false;
@@ -185,7 +208,10 @@ fn replace_lone_surrogates(text: &[u8]) -> Vec<u8> {
             }
         }
     }
-    out
+    // Only ASCII escapes were replaced (by ASCII); every other byte is
+    // copied in order, so the text is still UTF-8.
+    String::from_utf8(out)
+        .unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
 }
 
 fn hex4(bytes: &[u8]) -> Option<u32> {
@@ -201,6 +227,69 @@ mod tests {
 
     fn body(line: &str) -> FrameBody {
         parse_frame(line.as_bytes().to_vec()).body
+    }
+
+    /// The byte-by-byte walk `shape` replaced, kept as its oracle.
+    fn shape_byte_by_byte(text: &[u8]) -> Shape {
+        let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+        let mut surrogate_escape = false;
+        for (i, &b) in text.iter().enumerate() {
+            if in_string {
+                match (escaped, b) {
+                    (true, _) => escaped = false,
+                    (false, b'\\') => {
+                        escaped = true;
+                        surrogate_escape |= text.get(i + 1) == Some(&b'u')
+                            && matches!(text.get(i + 2), Some(b'd' | b'D'));
+                    }
+                    (false, b'"') => in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => in_string = true,
+                b'[' | b'{' => {
+                    depth += 1;
+                    max = max.max(depth);
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        Shape {
+            depth: max,
+            surrogate_escape,
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn shape_agrees_with_the_byte_by_byte_walk(
+            text in proptest::collection::vec(proptest::sample::select(
+                b"[]{}\"\\uUdD0x ".to_vec()), 0..64)
+        ) {
+            proptest::prop_assert_eq!(shape(&text), shape_byte_by_byte(&text));
+        }
+    }
+
+    #[test]
+    fn shape_sees_escapes_only_inside_strings() {
+        let s = |t: &str| shape(t.as_bytes());
+        assert!(s(r#"{"a":"\ud800"}"#).surrogate_escape);
+        assert!(s(r#"{"a":"\uDC00"}"#).surrogate_escape);
+        assert!(
+            !s(r#"{"a":"\\ud800"}"#).surrogate_escape,
+            "an escaped backslash"
+        );
+        assert!(!s(r#"{"a":"\u0041"}"#).surrogate_escape);
+        assert_eq!(
+            s(r#"{"a":"[[\"{{"}"#).depth,
+            1,
+            "brackets after an escaped quote"
+        );
+        assert_eq!(s(r#"[{"a":"unterminated [["#).depth, 2);
+        assert_eq!(s(r#""ends in a backslash \"#).depth, 0);
     }
 
     #[test]

@@ -47,7 +47,7 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
                     (None, false) => Line::Frame(std::mem::take(&mut self.buf)),
                 });
             }
-            let (take, done) = match chunk.iter().position(|&b| b == b'\n') {
+            let (take, done) = match memchr::memchr(b'\n', chunk) {
                 Some(i) => (i, true),
                 None => (chunk.len(), false),
             };
@@ -57,7 +57,11 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
                     self.skipped = Some((self.buf.len() + take) as u64);
                     self.buf = Vec::new();
                 }
-                None => self.buf.extend_from_slice(&chunk[..take]),
+                None => {
+                    // Room for the `\n` the writer appends when it forwards.
+                    self.buf.reserve(take + usize::from(done));
+                    self.buf.extend_from_slice(&chunk[..take]);
+                }
             }
             self.reader.consume(if done { take + 1 } else { take });
             if done {
