@@ -423,6 +423,107 @@ fn unparseable_server_line_is_dropped_and_recorded() {
     );
 }
 
+/// A frame Gatehouse drops — over the size ceiling either way, or a server
+/// answer it cannot parse — still gets its waiting peer an error for that
+/// id: the client is never left waiting for an answer that cannot come.
+#[test]
+fn a_dropped_frame_is_answered_with_an_error_not_a_hang() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    sb.write_policy("[limits]\nmax_frame_bytes = 65536\n");
+    let argv = sb.wrap_argv("dropped", &[], &peers.py_server("raw_server.py", &[]));
+    let mut wrap = spawn_wrap(&sb, &argv);
+    let mut stdin = wrap.stdin.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = BufReader::new(wrap.stdout.take().unwrap());
+    std::thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut exchange = |request: Value| -> Value {
+        writeln!(stdin, "{request}").unwrap();
+        let line = lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no answer to {}", request["id"]));
+        serde_json::from_str(&line).expect("the client only gets JSON")
+    };
+    let call = |id: u64, arguments: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "echo", "arguments": arguments}})
+    };
+    exchange(serde_json::from_str(INIT).unwrap());
+    exchange(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+
+    // A 100 KB answer to a call.
+    let answer = exchange(call(3, json!({"text": "ab", "repeat": 50_000})));
+    assert_eq!(answer["id"], 3, "{answer}");
+    assert_eq!(answer["error"]["code"], -32603, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("65536-byte frame ceiling"), "{message}");
+
+    // A 70 KB request, its id after the arguments.
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"name":"echo","arguments":{{"text":"{}"}}}},"id":"big-4"}}"#,
+        "x".repeat(70_000)
+    );
+    let answer = exchange(serde_json::from_str(&big).unwrap());
+    assert_eq!(answer["id"], "big-4", "{answer}");
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+
+    // An answer cut short.
+    let answer = exchange(call(5, json!({"text": "half", "broken": true})));
+    assert_eq!(answer["id"], 5, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(message.contains("could not be parsed"), "{message}");
+
+    let answer = exchange(call(6, json!({"text": "after"})));
+    assert_eq!(result_text(&answer["result"]), "after", "{answer}");
+    drop(stdin);
+    wrap.0.wait().expect("wrap ends when its client does");
+    let events = sb.events();
+    // Repeats of one event are stored once with a count.
+    let dropped: u64 = events
+        .iter()
+        .filter(|e| e["type"] == "frame_dropped")
+        .map(|e| e["count"].as_u64().unwrap_or(1))
+        .sum();
+    assert_eq!(
+        dropped, 3,
+        "one frame_dropped event per dropped frame: {events:?}"
+    );
+}
+
+/// A server that cannot start: wrap exits 2, says which command on stderr
+/// (where the client logs it) and records it for the dashboard.
+#[test]
+fn a_missing_server_command_is_named_and_recorded() {
+    let sb = Sandbox::new();
+    let missing = sb.path().join("no-such-server");
+    let argv = sb.wrap_argv("missing", &[], &[missing.display().to_string()]);
+    let out = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .envs(sb.envs())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run gatehouse wrap");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("gatehouse: error: the server command")
+            && stderr.contains("no-such-server")
+            && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+    let events = sb.events();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "mcp_server_start_failed" && e["server"] == "missing"),
+        "{events:?}"
+    );
+}
+
 fn read_pid(path: &Path) -> u32 {
     wait_until("the server wrote its pid", STEP_TIMEOUT, || {
         std::fs::read_to_string(path)
@@ -537,6 +638,10 @@ fn server_exit_code_propagates_through_wrap() {
     };
     assert_eq!(status.code(), Some(3), "the server's exit code is wrap's");
     drop(stdin);
+    // The client only saw its stream end: the event says why.
+    let exited = sb.wait_for_event("the server's exit", |e| e["type"] == "mcp_server_exited");
+    let reason = exited["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("exited with status 3"), "{exited}");
 }
 
 /// A client may pipeline requests (send many before reading answers). wrap

@@ -15,7 +15,8 @@ Usage: raw_server.py [--garbage] [--exit-after-init CODE] [--pid-file PATH] [--r
   --linger             keep running after stdin closes (a server that only
                        a signal ends)
 
-Tools: echo(text) -> text.
+Tools: echo(text, repeat?, broken?) -> text repeated `repeat` times; with
+broken: true the answer is cut short (not JSON) and never completed.
 """
 
 import json
@@ -115,8 +116,13 @@ while True:
         if garbage:
             sys.stdout.write(GARBAGE + "\n")
             sys.stdout.flush()
-        text = msg["params"].get("arguments", {}).get("text", "")
-        send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": text}]}})
+        arguments = msg["params"].get("arguments", {})
+        text = arguments.get("text", "") * int(arguments.get("repeat", 1))
+        answer = json.dumps({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": text}]}})
+        if arguments.get("broken"):
+            answer = answer[: len(answer) // 2]
+        sys.stdout.write(answer + "\n")
+        sys.stdout.flush()
     elif method == "ping":
         send({"jsonrpc": "2.0", "id": mid, "result": {}})
     else:

@@ -5,7 +5,9 @@
 use std::collections::{HashMap, HashSet};
 
 use gatehouse_protocol::message::{error_line, request_line, response_line};
-use gatehouse_protocol::{tool_hash, Frame, FrameBody, Message, MessageKind, RequestId};
+use gatehouse_protocol::{
+    peek, tool_hash, Frame, FrameBody, Message, MessageKind, Peek, PeekKind, RequestId,
+};
 use serde_json::{json, Value};
 
 use crate::inspect::{findings_json, max_severity, Finding, Inspector};
@@ -285,6 +287,34 @@ impl<I: Inspector> Relay<I> {
         out
     }
 
+    /// A client frame over the size ceiling, skipped unread; `peeked` is
+    /// what its first and last bytes say. A request gets an error back; an
+    /// answer to a server request is replaced by an error to the server.
+    pub fn on_client_oversized(
+        &mut self,
+        len: u64,
+        max: usize,
+        peeked: Option<Peek>,
+    ) -> Vec<Output> {
+        let mut out = vec![oversized_event("client", len, max)];
+        let why = format!("its {len} bytes exceed the {max}-byte frame ceiling");
+        match peeked {
+            Some(Peek {
+                id,
+                kind: PeekKind::Response,
+            }) => {
+                let message = format!("Gatehouse dropped the client's response: {why}");
+                out.push(Output::ToServer(error_line(&id, -32603, &message, None)));
+            }
+            Some(Peek { id, .. }) => {
+                let message = format!("Gatehouse dropped this request: {why}");
+                out.push(Output::ToClient(error_line(&id, -32600, &message, None)));
+            }
+            None => {}
+        }
+        out
+    }
+
     fn client_message(&mut self, msg: &Message, now_ms: u64, out: &mut Vec<Output>) -> Verdict {
         let MessageKind::Request { id, method } = &msg.kind else {
             return Verdict::Forward;
@@ -517,30 +547,86 @@ impl<I: Inspector> Relay<I> {
                 self.relay_messages(Side::Server, frame.raw, true, items, now_ms, &mut out)
             }
             FrameBody::Empty => {}
-            FrameBody::Unparseable(why) => out.push(Output::Event(
-                EngineEvent::new(
-                    "frame_dropped",
-                    Severity::Medium,
-                    Action::Drop,
-                    "framing.unparseable",
-                )
-                .reason(format!(
-                    "server sent a line Gatehouse cannot parse ({why}); dropped"
-                ))
-                .evidence(json!({ "bytes": frame.raw.len() })),
-            )),
-            FrameBody::TooDeep => out.push(Output::Event(
-                EngineEvent::new(
-                    "frame_dropped",
-                    Severity::Medium,
-                    Action::Drop,
-                    "framing.too_deep",
-                )
-                .reason("server frame nested too deeply to inspect; dropped")
-                .evidence(json!({ "bytes": frame.raw.len() })),
-            )),
+            FrameBody::Unparseable(why) => {
+                out.push(Output::Event(
+                    EngineEvent::new(
+                        "frame_dropped",
+                        Severity::Medium,
+                        Action::Drop,
+                        "framing.unparseable",
+                    )
+                    .reason(format!(
+                        "server sent a line Gatehouse cannot parse ({why}); dropped"
+                    ))
+                    .evidence(json!({ "bytes": frame.raw.len() })),
+                ));
+                let peeked = peek(&frame.raw, &frame.raw);
+                let why = format!("it could not be parsed ({why})");
+                self.answer_dropped_server_frame(peeked, &why, now_ms, &mut out);
+            }
+            FrameBody::TooDeep => {
+                out.push(Output::Event(
+                    EngineEvent::new(
+                        "frame_dropped",
+                        Severity::Medium,
+                        Action::Drop,
+                        "framing.too_deep",
+                    )
+                    .reason("server frame nested too deeply to inspect; dropped")
+                    .evidence(json!({ "bytes": frame.raw.len() })),
+                ));
+                let peeked = peek(&frame.raw, &frame.raw);
+                let why = "it is nested too deeply to inspect";
+                self.answer_dropped_server_frame(peeked, why, now_ms, &mut out);
+            }
         }
         out
+    }
+
+    /// A server frame over the size ceiling, skipped unread; `peeked` is
+    /// what its first and last bytes say.
+    pub fn on_server_oversized(
+        &mut self,
+        len: u64,
+        max: usize,
+        peeked: Option<Peek>,
+        now_ms: u64,
+    ) -> Vec<Output> {
+        let mut out = vec![oversized_event("server", len, max)];
+        let why = format!("its {len} bytes exceed the {max}-byte frame ceiling");
+        self.answer_dropped_server_frame(peeked, &why, now_ms, &mut out);
+        out
+    }
+
+    /// A dropped server frame must not leave anyone waiting: a request of
+    /// the client's in flight gets an error in its place, and a request the
+    /// server made is answered with an error.
+    fn answer_dropped_server_frame(
+        &mut self,
+        peeked: Option<Peek>,
+        why: &str,
+        now_ms: u64,
+        out: &mut Vec<Output>,
+    ) {
+        let Some(Peek { id, kind }) = peeked else {
+            return;
+        };
+        if kind == PeekKind::Request {
+            let message = format!("Gatehouse dropped this request: {why}");
+            out.push(Output::ToServer(error_line(&id, -32600, &message, None)));
+            return;
+        }
+        if !self.pending.contains_key(&id) && !self.internal.contains_key(&id) {
+            return;
+        }
+        // Relayed as if the server had answered with the error, so what the
+        // relay tracks for the request (a listing, parked calls, progress)
+        // ends as it would.
+        let message = format!("Gatehouse dropped the server's response: {why}");
+        let value = error_value(&id, -32603, &message);
+        let line = to_line(&value);
+        let msg = Message::from_value(value);
+        self.relay_messages(Side::Server, line, false, vec![msg], now_ms, out);
     }
 
     fn server_message(&mut self, msg: &Message, now_ms: u64, out: &mut Vec<Output>) -> Verdict {
@@ -1514,6 +1600,21 @@ impl<I: Inspector> Relay<I> {
         }
         out
     }
+}
+
+fn oversized_event(side: &str, len: u64, max: usize) -> Output {
+    Output::Event(
+        EngineEvent::new(
+            "frame_dropped",
+            Severity::Medium,
+            Action::Drop,
+            "framing.oversized",
+        )
+        .reason(format!(
+            "{side} frame of {len} bytes exceeds the {max}-byte ceiling; dropped"
+        ))
+        .evidence(json!({ "bytes": len, "side": side })),
+    )
 }
 
 fn withheld_reason(rule: &str) -> &'static str {

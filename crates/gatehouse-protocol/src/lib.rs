@@ -2,7 +2,8 @@
 //! message view (original bytes plus a parsed view), and the canonical JSON
 //! form (RFC 8785) that tool pins hash.
 //!
-//! Key types: [`Frame`], [`Message`], [`MessageKind`], [`RequestId`].
+//! Key types: [`Frame`], [`Message`], [`MessageKind`], [`RequestId`];
+//! [`peek`] reads the id of a frame that is not parsed whole.
 //!
 //! **Invariant:** no I/O, no async runtime, no clock; parsing never panics
 //! and never rejects valid JSON (deep nesting, lone surrogate escapes).
@@ -11,7 +12,9 @@ pub mod canonical;
 pub mod frame;
 pub mod identity;
 pub mod message;
+pub mod peek;
 
 pub use canonical::{canonical_json, tool_hash, HASH_VERSION};
 pub use frame::{parse_frame, Frame, FrameBody};
 pub use message::{Message, MessageKind, RequestId};
+pub use peek::{peek, Peek, PeekKind};

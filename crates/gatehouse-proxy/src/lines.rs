@@ -1,5 +1,6 @@
 //! Newline-delimited frames with a size ceiling: memory stays bounded by the
-//! ceiling, oversized frames are skipped to their end and reported.
+//! ceiling, oversized frames are skipped to their end and reported with
+//! their first and last bytes (where their id is: `gatehouse_protocol::peek`).
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
@@ -8,9 +9,55 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 pub enum Line {
     /// A frame without its `\n`.
     Frame(Vec<u8>),
-    /// A frame longer than the ceiling was skipped; its length in bytes.
-    Oversized(u64),
+    /// A frame longer than the ceiling was skipped.
+    Oversized(Skipped),
     Eof,
+}
+
+/// What is kept of a skipped frame.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Skipped {
+    /// Its length in bytes.
+    pub len: u64,
+    /// Its first [`KEEP`] bytes.
+    pub head: Vec<u8>,
+    /// Its last [`KEEP`] bytes.
+    pub tail: Vec<u8>,
+}
+
+/// Bytes kept from each end of a skipped frame.
+pub const KEEP: usize = 4096;
+
+impl Skipped {
+    /// The frame so far, `read`, and the `more` that took it over the ceiling.
+    fn start(read: &[u8], more: &[u8]) -> Skipped {
+        let mut skipped = Skipped::default();
+        skipped.extend(read);
+        skipped.extend(more);
+        skipped
+    }
+
+    fn extend(&mut self, bytes: &[u8]) {
+        self.len += bytes.len() as u64;
+        let room = KEEP.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        if bytes.len() >= KEEP {
+            self.tail.clear();
+            self.tail.extend_from_slice(&bytes[bytes.len() - KEEP..]);
+            return;
+        }
+        self.tail.extend_from_slice(bytes);
+        if self.tail.len() > 2 * KEEP {
+            self.tail.drain(..self.tail.len() - KEEP);
+        }
+    }
+
+    fn finish(mut self) -> Skipped {
+        if self.tail.len() > KEEP {
+            self.tail.drain(..self.tail.len() - KEEP);
+        }
+        self
+    }
 }
 
 /// Reads frames from `reader`, never holding more than `max` bytes of one.
@@ -22,8 +69,8 @@ pub struct LineReader<R> {
     max: usize,
     /// The frame read so far.
     buf: Vec<u8>,
-    /// Bytes of an oversized frame skipped so far.
-    skipped: Option<u64>,
+    /// An oversized frame being skipped.
+    skipped: Option<Skipped>,
 }
 
 impl<R: AsyncBufRead + Unpin> LineReader<R> {
@@ -42,7 +89,7 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
             if chunk.is_empty() {
                 // EOF: a final unterminated line still counts as a frame.
                 return Ok(match (self.skipped.take(), self.buf.is_empty()) {
-                    (Some(n), _) => Line::Oversized(n),
+                    (Some(skipped), _) => Line::Oversized(skipped.finish()),
                     (None, true) => Line::Eof,
                     (None, false) => Line::Frame(std::mem::take(&mut self.buf)),
                 });
@@ -52,9 +99,9 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
                 None => (chunk.len(), false),
             };
             match &mut self.skipped {
-                Some(n) => *n += take as u64,
+                Some(skipped) => skipped.extend(&chunk[..take]),
                 None if self.buf.len() + take > self.max => {
-                    self.skipped = Some((self.buf.len() + take) as u64);
+                    self.skipped = Some(Skipped::start(&self.buf, &chunk[..take]));
                     self.buf = Vec::new();
                 }
                 None => {
@@ -66,7 +113,7 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
             self.reader.consume(if done { take + 1 } else { take });
             if done {
                 return Ok(match self.skipped.take() {
-                    Some(n) => Line::Oversized(n),
+                    Some(skipped) => Line::Oversized(skipped.finish()),
                     None => Line::Frame(std::mem::take(&mut self.buf)),
                 });
             }
@@ -98,7 +145,11 @@ mod tests {
             lines,
             vec![
                 Line::Frame(b"ab".to_vec()),
-                Line::Oversized(10),
+                Line::Oversized(Skipped {
+                    len: 10,
+                    head: b"0123456789".to_vec(),
+                    tail: b"0123456789".to_vec(),
+                }),
                 Line::Frame(b"cd".to_vec()),
                 Line::Frame(b"last".to_vec()),
                 Line::Eof
@@ -122,6 +173,30 @@ mod tests {
             reader.next().await.unwrap(),
             Line::Frame(b"half of a frame".to_vec())
         );
+        assert_eq!(reader.next().await.unwrap(), Line::Frame(b"next".to_vec()));
+    }
+
+    #[tokio::test]
+    async fn a_skipped_frame_keeps_its_first_and_last_bytes() {
+        // No `\n` inside; a period that no offset of the ends lines up with.
+        let frame: Vec<u8> = (0..3 * KEEP + 17)
+            .map(|i| match (i % 251) as u8 {
+                b'\n' => b'!',
+                b => b,
+            })
+            .collect();
+        let mut input = frame.clone();
+        input.extend_from_slice(b"\nnext\n");
+        let mut reader = LineReader::new(
+            tokio::io::BufReader::with_capacity(1000, &input[..]),
+            KEEP + 5,
+        );
+        let Line::Oversized(skipped) = reader.next().await.unwrap() else {
+            panic!("the frame is over the ceiling");
+        };
+        assert_eq!(skipped.len, frame.len() as u64);
+        assert_eq!(skipped.head, frame[..KEEP]);
+        assert_eq!(skipped.tail, frame[frame.len() - KEEP..]);
         assert_eq!(reader.next().await.unwrap(), Line::Frame(b"next".to_vec()));
     }
 

@@ -12,7 +12,7 @@ use gatehouse_engine::{
     Settings,
 };
 use gatehouse_protocol::identity::launch_command_hash;
-use gatehouse_protocol::{parse_frame, HASH_VERSION};
+use gatehouse_protocol::{parse_frame, peek, HASH_VERSION};
 use gatehouse_store::{home, HoldState, Identity, MacKey, NewEvent, Store, StoreOptions};
 use gatehouse_vault::Vault;
 use sha2::{Digest, Sha256};
@@ -38,20 +38,34 @@ pub struct WrapOptions {
     pub inbox_timeout: Duration,
 }
 
-/// Why wrap could not run. Each variant says which side caused it.
+/// Why wrap could not run. Each variant says which side caused it; the
+/// caller prints the `gatehouse: error:` prefix and the source after a colon.
 #[derive(Debug, thiserror::Error)]
 pub enum WrapError {
-    #[error("gatehouse: no command given after `--`")]
+    #[error("no command given after `--`")]
     NoCommand,
-    #[error("gatehouse: cannot find the server command {0:?} on PATH")]
+    #[error("{}", command_not_found(.0))]
     CommandNotFound(String),
-    #[error("gatehouse: could not start the server {command:?}: {source}")]
+    #[error("could not start the server {command:?}")]
     Spawn {
         command: String,
         source: std::io::Error,
     },
-    #[error("gatehouse: {0}")]
+    #[error("cannot use the Gatehouse home {}", .dir.display())]
+    Home {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
     Io(#[from] std::io::Error),
+}
+
+fn command_not_found(program: &str) -> String {
+    if Path::new(program).components().count() > 1 {
+        format!("the server command {program:?} does not exist or is not executable")
+    } else {
+        format!("cannot find the server command {program:?} on the server's PATH")
+    }
 }
 
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -68,7 +82,11 @@ pub(crate) fn now_ms() -> u64 {
 pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let program = opts.argv.first().cloned().ok_or(WrapError::NoCommand)?;
     let home_dir = home::resolve(opts.home.as_deref());
-    home::ensure_private_dir(&home_dir)?;
+    let home_error = |source| WrapError::Home {
+        dir: home_dir.clone(),
+        source,
+    };
+    home::ensure_private_dir(&home_dir).map_err(home_error)?;
     let session = crate::session::client_session_key();
 
     // One pooled connection: a wrap process never has two of its own
@@ -100,7 +118,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             None
         }
     };
-    let (mac_key, fingerprint_key) = load_mac_key(&home_dir)?;
+    let (mac_key, fingerprint_key) = load_mac_key(&home_dir).map_err(home_error)?;
     let recorder = Recorder::start(
         store.clone(),
         mac_key.clone(),
@@ -169,7 +187,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         );
     }
     let mut args: Vec<String> = opts.argv[1..].to_vec();
-    let guard_key = crate::egress::guard_key(&home::install_key(&home_dir)?);
+    let guard_key = crate::egress::guard_key(&home::install_key(&home_dir).map_err(home_error)?);
     let mut own_fingerprints = Vec::new();
     let mut keyring_unreadable = None;
     if !mismatch {
@@ -181,8 +199,9 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         }
     }
     let path_var = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.into());
-    let exe = child::resolve_program(&program, path_var.as_ref(), &cwd)
-        .ok_or_else(|| WrapError::CommandNotFound(program.clone()))?;
+    let Some(exe) = child::resolve_program(&program, path_var.as_ref(), &cwd) else {
+        return Err(start_failed(&recorder, WrapError::CommandNotFound(program)).await);
+    };
     // Launch pinning (DESIGN §6): a changed executable, script or package
     // is held under on_launch_change = "hold" — no secrets, no tools —
     // until a person approves it.
@@ -328,12 +347,16 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     // Started before the relay's own set-up below, which overlaps the
     // server's start-up instead of delaying it.
     let start = match refusal {
-        None => Start::Run(
-            child::spawn(&exe, &args, &env).map_err(|source| WrapError::Spawn {
-                command: program.clone(),
-                source,
-            })?,
-        ),
+        None => match child::spawn(&exe, &args, &env) {
+            Ok(server) => Start::Run(server),
+            Err(source) => {
+                let err = WrapError::Spawn {
+                    command: program.clone(),
+                    source,
+                };
+                return Err(start_failed(&recorder, err).await);
+            }
+        },
         Some((rule, reason)) => Start::Refuse { rule, reason },
     };
     drop(args);
@@ -505,7 +528,10 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             }
             line = next_line(&mut client_lines), if client_open && server_out.has_room() => match line {
                 Line::Frame(bytes) => relay.on_client_frame(parse_frame(bytes), now_ms()),
-                Line::Oversized(n) => vec![oversized_event("client", n, max_frame)],
+                Line::Oversized(skipped) => {
+                    let peeked = peek(&skipped.head, &skipped.tail);
+                    relay.on_client_oversized(skipped.len, max_frame, peeked)
+                }
                 Line::Eof => {
                     client_open = false;
                     Vec::new()
@@ -513,7 +539,10 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             },
             line = next_line(&mut server_lines), if client_out.has_room() => match line {
                 Line::Frame(bytes) => relay.on_server_frame(parse_frame(bytes), now_ms()),
-                Line::Oversized(n) => vec![oversized_event("server", n, max_frame)],
+                Line::Oversized(skipped) => {
+                    let peeked = peek(&skipped.head, &skipped.tail);
+                    relay.on_server_oversized(skipped.len, max_frame, peeked, now_ms())
+                }
                 Line::Eof => break None,
             },
             Some(pins) = pins_rx.recv() => relay.on_pins_reloaded(pins, now_ms()),
@@ -573,6 +602,29 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             }
         },
     };
+    if exit.is_none() && client_open {
+        // The server hung up on a connected client: the client only sees
+        // its stream end, so say why where its log and the dashboard show.
+        let reason = format!(
+            "the server {server_name:?} exited with status {code} while its client was connected"
+        );
+        eprintln!("gatehouse: {reason}");
+        let severity = if code == 0 {
+            gatehouse_engine::Severity::Info
+        } else {
+            gatehouse_engine::Severity::Low
+        };
+        recorder.event(
+            EngineEvent::new(
+                "mcp_server_exited",
+                severity,
+                gatehouse_engine::Action::Allow,
+                "server.exited",
+            )
+            .reason(reason)
+            .evidence(serde_json::json!({ "status": code })),
+        );
+    }
     cross.leave().await;
     inbox.leave().await;
     if let Some(recording) = launch_recording {
@@ -587,6 +639,26 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         store.close().await;
     }
     Ok(code)
+}
+
+/// The server could not be started: recorded, so the dashboard says why
+/// the client's server is missing, then returned for the CLI to print.
+async fn start_failed(recorder: &Recorder, err: WrapError) -> WrapError {
+    let reason = match std::error::Error::source(&err) {
+        Some(source) => format!("{err}: {source}"),
+        None => err.to_string(),
+    };
+    recorder.event(
+        EngineEvent::new(
+            "mcp_server_start_failed",
+            gatehouse_engine::Severity::Medium,
+            gatehouse_engine::Action::Alert,
+            "server.start_failed",
+        )
+        .reason(reason),
+    );
+    recorder.finish().await;
+    err
 }
 
 /// What the start-up checks decided: run the server, or answer every
@@ -649,8 +721,16 @@ async fn refuse_loop<I: Inspector>(
 ) -> Result<i32, WrapError> {
     let (to_client, writer) = writer_task(crate::stdio::client_stdout());
     let mut lines = line_reader(crate::stdio::client_stdin(), max_frame);
-    while let Line::Frame(bytes) = next_line(&mut lines).await {
-        for output in relay.on_client_frame(parse_frame(bytes), now_ms()) {
+    loop {
+        let outputs = match next_line(&mut lines).await {
+            Line::Frame(bytes) => relay.on_client_frame(parse_frame(bytes), now_ms()),
+            Line::Oversized(skipped) => {
+                let peeked = peek(&skipped.head, &skipped.tail);
+                relay.on_client_oversized(skipped.len, max_frame, peeked)
+            }
+            Line::Eof => break,
+        };
+        for output in outputs {
             match output {
                 Output::ToClient(b) => {
                     let _ = to_client.send(b).await;
@@ -664,21 +744,6 @@ async fn refuse_loop<I: Inspector>(
     let _ = writer.await;
     recorder.finish().await;
     Ok(1)
-}
-
-fn oversized_event(side: &str, len: u64, max: usize) -> Output {
-    Output::Event(
-        EngineEvent::new(
-            "frame_dropped",
-            gatehouse_engine::Severity::Medium,
-            gatehouse_engine::Action::Drop,
-            "framing.oversized",
-        )
-        .reason(format!(
-            "{side} frame of {len} bytes exceeds the {max}-byte ceiling; dropped"
-        ))
-        .evidence(serde_json::json!({ "bytes": len, "side": side })),
-    )
 }
 
 /// Frames from one peer, read on the relay's own task: the loop selects on

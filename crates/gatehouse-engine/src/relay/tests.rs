@@ -272,6 +272,78 @@ fn unparseable_server_lines_are_dropped_with_an_event() {
     assert_eq!(out, vec![Output::ToServer(b"hello".to_vec())]);
 }
 
+fn peeked(id: Value, kind: PeekKind) -> Option<Peek> {
+    Some(Peek {
+        id: RequestId::from_value(&id).unwrap(),
+        kind,
+    })
+}
+
+#[test]
+fn a_dropped_answer_to_a_pending_request_becomes_an_error_for_the_client() {
+    let mut r = relay(Settings::default(), PinTable::default());
+    r.on_client_frame(
+        line(json!({"jsonrpc":"2.0","id":9,"method":"resources/read"})),
+        0,
+    );
+    let out = r.on_server_oversized(100, 10, peeked(json!(9), PeekKind::Unknown), 1);
+    assert_eq!(events(&out)[0].rule, "framing.oversized");
+    let answers = to_client(&out);
+    assert_eq!(answers.len(), 1, "{out:?}");
+    assert_eq!(answers[0]["id"], 9);
+    assert_eq!(answers[0]["error"]["code"], -32603);
+    // Once answered, the id is no longer in flight: a second drop for it,
+    // or one for an id nobody asked, answers nothing.
+    let out = r.on_server_oversized(100, 10, peeked(json!(9), PeekKind::Unknown), 2);
+    assert!(to_client(&out).is_empty());
+    let out = r.on_server_frame(
+        parse_frame(br#"{"jsonrpc":"2.0","id":77,"result":{"x":"#.to_vec()),
+        3,
+    );
+    assert!(to_client(&out).is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_dropped_answer_to_our_own_listing_releases_the_parked_call() {
+    let mut r = relay(Settings::default(), PinTable::default());
+    let out = r.on_client_frame(line(call(5, "echo")), 0);
+    let internal_id = to_server(&out)[0]["id"].clone();
+    let out = r.on_server_oversized(100, 10, peeked(internal_id, PeekKind::Response), 1);
+    let released = to_server(&out)
+        .iter()
+        .chain(&to_client(&out))
+        .any(|m| m["id"] == 5);
+    assert!(released, "the parked call went on: {out:?}");
+    assert!(
+        !r.has_outstanding_work(),
+        "the listing ended and the parked call was released: {out:?}"
+    );
+}
+
+#[test]
+fn dropped_requests_are_answered_to_their_sender() {
+    let mut r = relay(Settings::default(), PinTable::default());
+    let out = r.on_server_oversized(100, 10, peeked(json!("s-1"), PeekKind::Request), 0);
+    let back = to_server(&out);
+    assert_eq!(back[0]["id"], "s-1");
+    assert_eq!(back[0]["error"]["code"], -32600);
+    let out = r.on_client_oversized(100, 10, peeked(json!(4), PeekKind::Unknown));
+    let back = to_client(&out);
+    assert_eq!(back[0]["id"], 4);
+    assert_eq!(back[0]["error"]["code"], -32600);
+    assert!(
+        to_server(&out).is_empty(),
+        "the dropped request never reaches the server"
+    );
+    // The client's answer to a server request: the server gets the error.
+    let out = r.on_client_oversized(100, 10, peeked(json!("s-2"), PeekKind::Response));
+    assert_eq!(to_server(&out)[0]["id"], "s-2");
+    assert!(to_client(&out).is_empty());
+    // No readable id: only the event.
+    let out = r.on_client_oversized(100, 10, None);
+    assert_eq!(out.len(), 1);
+}
+
 #[test]
 fn injected_result_is_replaced_by_an_error_result() {
     let mut r = relay(Settings::default(), PinTable::default());
