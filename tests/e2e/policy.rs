@@ -855,7 +855,15 @@ fn wrap_prunes_events_per_the_policy_retention_and_size_cap() {
     let peers = Peers::locate();
     let sb = Sandbox::new();
     sb.write_policy("[limits]\nevent_retention_days = 7\n");
-    sb.events(); // creates the database
+    // `protect` creates the home's database (reading commands never do);
+    // with no client config here it writes nothing else.
+    let out = sb.gatehouse(&["protect", "cursor"]);
+    assert!(
+        out.status.success(),
+        "gatehouse protect creates the database: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(sb.events().is_empty(), "a fresh database has no events");
     seed_events(&peers, &sb, 3, 10 * DAY_MS, 10);
     seed_events(&peers, &sb, 2, 3 * DAY_MS, 10);
 

@@ -638,6 +638,16 @@ impl Store {
         Ok(id)
     }
 
+    /// The distinct event types recorded, sorted: what a filter on an
+    /// unknown type can suggest. Walks the type index, not the table.
+    pub async fn recorded_event_types(&self) -> Result<Vec<String>> {
+        let types: Vec<String> =
+            sqlx::query_scalar("SELECT DISTINCT type FROM events ORDER BY type")
+                .fetch_all(self.pool())
+                .await?;
+        Ok(types)
+    }
+
     /// Deletes events older than the retention age, then the oldest events
     /// until the database's used pages fit the size cap; returns freed pages
     /// to the file system where the database allows it.
@@ -861,6 +871,27 @@ mod tests {
             .unwrap();
         assert_ne!(next_slot, a, "a new slot starts a new row");
         assert_eq!(store.latest_event_id().await.unwrap(), next_slot);
+    }
+
+    #[tokio::test]
+    async fn recorded_types_are_distinct_and_sorted() {
+        let store = mem().await;
+        assert!(store.recorded_event_types().await.unwrap().is_empty());
+        for (t, ty) in [
+            (1, "mcp_tool_called"),
+            (2, "frame_dropped"),
+            (5_000, "mcp_tool_called"),
+        ] {
+            store
+                .insert_event(&ev(t, ty, "s", Action::Allow, Severity::Info))
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            store.recorded_event_types().await.unwrap(),
+            ["frame_dropped", "mcp_tool_called"],
+            "each recorded type once, in order, for `events --type` hints"
+        );
     }
 
     #[tokio::test]

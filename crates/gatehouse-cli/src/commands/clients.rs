@@ -12,9 +12,11 @@ use gatehouse_clients::protect::{new_server_id, SystemProbe};
 use gatehouse_clients::{detect, ClientSpec, FileReport, HomeDirs, Options, Protector, CLIENTS};
 use gatehouse_vault::KeyringVault;
 
+use super::store_access::JSON_VERSION;
+
 #[derive(clap::Args)]
 pub struct ClientsArgs {
-    /// Machine-readable output.
+    /// One JSON object per client per line (shape version `v`).
     #[arg(long)]
     json: bool,
     /// Also look at this project directory (repeatable).
@@ -90,14 +92,31 @@ pub fn run_clients(args: ClientsArgs) -> anyhow::Result<ExitCode> {
     }
     .load()
     .unwrap_or_default();
-    if args.json {
-        let mut items = serde_json::to_value(&found)?;
-        for item in items.as_array_mut().into_iter().flatten() {
-            let on = item["key"].as_str().is_some_and(|k| state.auto_protects(k));
-            item["auto_protect"] = on.into();
+    // A config that cannot be read or parsed is an error (exit 2), shown
+    // beside everything that could be read.
+    let unreadable = found
+        .iter()
+        .flat_map(|c| &c.files)
+        .filter(|f| f.error.is_some())
+        .count();
+    let done = || {
+        if unreadable == 0 {
+            return ExitCode::SUCCESS;
         }
-        outln!("{}", serde_json::to_string_pretty(&items)?);
-        return Ok(ExitCode::SUCCESS);
+        eprintln!("gatehouse: error: {unreadable} config file(s) could not be read or parsed");
+        ExitCode::from(2)
+    };
+    if args.json {
+        for c in &found {
+            let mut line = serde_json::Map::new();
+            line.insert("v".into(), JSON_VERSION.into());
+            if let serde_json::Value::Object(fields) = serde_json::to_value(c)? {
+                line.extend(fields);
+            }
+            line.insert("auto_protect".into(), state.auto_protects(c.key).into());
+            outln!("{}", serde_json::Value::Object(line));
+        }
+        return Ok(done());
     }
     if found.is_empty() {
         outln!("No AI client MCP configs found.");
@@ -142,7 +161,7 @@ pub fn run_clients(args: ClientsArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(done())
 }
 
 fn select(names: &[String], all: bool) -> anyhow::Result<Vec<&'static ClientSpec>> {

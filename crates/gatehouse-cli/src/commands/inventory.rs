@@ -5,30 +5,40 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
-use super::events::printable;
-use super::store_access::{format_time, home_dir, mac_key, open, runtime, JSON_VERSION};
+use super::events::{cell, SERVER_WIDTH, TOOL_WIDTH};
+use super::store_access::{existing_home, format_time, mac_key, open, runtime, JSON_VERSION};
 
 #[derive(clap::Args)]
 pub struct ServersArgs {
+    /// One JSON object per line (shape version `v`).
     #[arg(long)]
     json: bool,
-    #[arg(long)]
+    /// Gatehouse home to read (default: $GATEHOUSE_HOME, then the OS data
+    /// directory); it must hold a database.
+    #[arg(long, value_name = "DIR")]
     home: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
 pub struct ToolsArgs {
-    /// Only this server id.
-    #[arg(long)]
+    /// Only this server id (see `gatehouse servers`).
+    #[arg(long, value_name = "ID")]
     pub server: Option<String>,
+    /// One JSON object per line (shape version `v`).
     #[arg(long)]
     pub json: bool,
-    #[arg(long)]
+    /// Gatehouse home to read (default: $GATEHOUSE_HOME, then the OS data
+    /// directory); it must hold a database.
+    #[arg(long, value_name = "DIR")]
     pub home: Option<PathBuf>,
 }
 
+/// Column widths of `gatehouse servers`, in characters.
+const NAME_WIDTH: usize = 20;
+const CLIENT_WIDTH: usize = 14;
+
 pub fn run_servers(args: ServersArgs) -> anyhow::Result<ExitCode> {
-    let home = home_dir(args.home.as_deref());
+    let home = existing_home(args.home.as_deref())?;
     let servers =
         runtime()?.block_on(async { anyhow::Ok(open(&home).await?.list_servers().await?) })?;
     if args.json {
@@ -47,18 +57,18 @@ pub fn run_servers(args: ServersArgs) -> anyhow::Result<ExitCode> {
         outln!("No servers seen yet. Protect a client with `gatehouse protect`.");
     } else {
         outln!(
-            "{:<24} {:<20} {:<14} {:<21} COMMAND HASH",
-            "ID",
-            "NAME",
-            "CLIENT",
+            "{} {} {} {:<21} COMMAND HASH",
+            cell("ID", SERVER_WIDTH),
+            cell("NAME", NAME_WIDTH),
+            cell("CLIENT", CLIENT_WIDTH),
             "LAST SEEN"
         );
         for s in &servers {
             outln!(
-                "{:<24} {:<20} {:<14} {:<21} {}",
-                s.id,
-                printable(s.display_name.as_deref().unwrap_or("-")),
-                s.client.as_deref().unwrap_or("-"),
+                "{} {} {} {:<21} {}",
+                cell(&s.id, SERVER_WIDTH),
+                cell(s.display_name.as_deref().unwrap_or("-"), NAME_WIDTH),
+                cell(s.client.as_deref().unwrap_or("-"), CLIENT_WIDTH),
                 format_time(s.last_seen_ms),
                 &s.command_hash[..s.command_hash.len().min(19)]
             );
@@ -68,7 +78,7 @@ pub fn run_servers(args: ServersArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run_tools(args: ToolsArgs) -> anyhow::Result<ExitCode> {
-    let home = home_dir(args.home.as_deref());
+    let home = existing_home(args.home.as_deref())?;
     let key = mac_key(&home)?;
     let pins =
         runtime()?.block_on(async { anyhow::Ok(open(&home).await?.all_pins(&key).await?) })?;
@@ -89,7 +99,12 @@ pub fn run_tools(args: ToolsArgs) -> anyhow::Result<ExitCode> {
     } else if pins.is_empty() {
         outln!("No tools seen yet.");
     } else {
-        outln!("{:<24} {:<28} {:<12} HASH", "SERVER", "TOOL", "STATE");
+        outln!(
+            "{} {} {:<12} HASH",
+            cell("SERVER", SERVER_WIDTH),
+            cell("TOOL", TOOL_WIDTH),
+            "STATE"
+        );
         for p in &pins {
             let hash = p
                 .pending_hash
@@ -102,9 +117,9 @@ pub fn run_tools(args: ToolsArgs) -> anyhow::Result<ExitCode> {
                 "bad-mac"
             };
             outln!(
-                "{:<24} {:<28} {:<12} {}",
-                p.server_id,
-                printable(&p.tool),
+                "{} {} {:<12} {}",
+                cell(&p.server_id, SERVER_WIDTH),
+                cell(&p.tool, TOOL_WIDTH),
                 state,
                 hash
             );

@@ -5,66 +5,92 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use super::store_access::{home_dir, mac_key, open, runtime};
+use super::store_access::{existing_home, mac_key, open, runtime};
 
 #[derive(clap::Subcommand)]
 pub enum PinsCommand {
     /// Every pin with its state (same as `gatehouse tools`).
     List {
-        #[arg(long)]
+        /// Only this server id (see `gatehouse servers`).
+        #[arg(long, value_name = "ID")]
         server: Option<String>,
+        /// One JSON object per line (shape version `v`).
         #[arg(long)]
         json: bool,
-        #[arg(long)]
+        /// Gatehouse home (default: $GATEHOUSE_HOME, then the OS data
+        /// directory); it must hold a database.
+        #[arg(long, value_name = "DIR")]
         home: Option<PathBuf>,
     },
     /// Approve a tool definition: exactly --hash, or the one waiting.
     Trust {
-        #[arg(long)]
+        /// Server id (see `gatehouse servers`).
+        #[arg(long, value_name = "ID")]
         server: String,
+        /// Tool name (see `gatehouse tools`).
         #[arg(long)]
         tool: String,
+        /// The definition hash to approve (see `gatehouse tools`).
         #[arg(long)]
         hash: Option<String>,
-        #[arg(long)]
+        /// Gatehouse home (default: $GATEHOUSE_HOME, then the OS data
+        /// directory); it must hold a database.
+        #[arg(long, value_name = "DIR")]
         home: Option<PathBuf>,
     },
-    /// Show the approved and the waiting definition side by side (unified diff).
+    /// Show the approved and the waiting definition as a unified diff
+    /// (`-` approved, `+` waiting).
     Diff {
-        #[arg(long)]
+        /// Server id (see `gatehouse servers`).
+        #[arg(long, value_name = "ID")]
         server: String,
+        /// Tool name (see `gatehouse tools`).
         #[arg(long)]
         tool: String,
-        #[arg(long)]
+        /// Gatehouse home (default: $GATEHOUSE_HOME, then the OS data
+        /// directory); it must hold a database.
+        #[arg(long, value_name = "DIR")]
         home: Option<PathBuf>,
     },
     /// Approve a server's changed launch (executable, script or package)
     /// held under `pinning.on_launch_change = "hold"`: exactly
     /// --fingerprint, or the one waiting. Takes effect at its next start.
     TrustLaunch {
-        #[arg(long)]
+        /// Server id (see `gatehouse servers`).
+        #[arg(long, value_name = "ID")]
         server: String,
+        /// The launch fingerprint to approve (default: the one waiting).
         #[arg(long)]
         fingerprint: Option<String>,
-        #[arg(long)]
+        /// Gatehouse home (default: $GATEHOUSE_HOME, then the OS data
+        /// directory); it must hold a database.
+        #[arg(long, value_name = "DIR")]
         home: Option<PathBuf>,
     },
     /// Run a package held as a likely typosquat (exactly --package, or the one waiting).
     TrustPackage {
-        #[arg(long)]
+        /// Server id (see `gatehouse servers`).
+        #[arg(long, value_name = "ID")]
         server: String,
+        /// The held package to run (default: the one waiting).
         #[arg(long)]
         package: Option<String>,
-        #[arg(long)]
+        /// Gatehouse home (default: $GATEHOUSE_HOME, then the OS data
+        /// directory); it must hold a database.
+        #[arg(long, value_name = "DIR")]
         home: Option<PathBuf>,
     },
     /// Forget a pin: the next sight pins again.
     Reset {
-        #[arg(long)]
+        /// Server id (see `gatehouse servers`).
+        #[arg(long, value_name = "ID")]
         server: String,
+        /// Tool name (see `gatehouse tools`).
         #[arg(long)]
         tool: String,
-        #[arg(long)]
+        /// Gatehouse home (default: $GATEHOUSE_HOME, then the OS data
+        /// directory); it must hold a database.
+        #[arg(long, value_name = "DIR")]
         home: Option<PathBuf>,
     },
 }
@@ -92,7 +118,7 @@ pub fn run(cmd: PinsCommand) -> anyhow::Result<ExitCode> {
             home,
         } => trust_package(&server, package, home),
         PinsCommand::Reset { server, tool, home } => {
-            let home = home_dir(home.as_deref());
+            let home = existing_home(home.as_deref())?;
             let removed = runtime()?.block_on(async {
                 anyhow::Ok(open(&home).await?.reset_pin(&server, &tool).await?)
             })?;
@@ -112,7 +138,7 @@ fn trust(
     hash: Option<String>,
     home: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    let home = home_dir(home.as_deref());
+    let home = existing_home(home.as_deref())?;
     let key = mac_key(&home)?;
     runtime()?.block_on(async {
         let store = open(&home).await?;
@@ -138,7 +164,7 @@ fn trust_launch(
     fingerprint: Option<&str>,
     home: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    let home = home_dir(home.as_deref());
+    let home = existing_home(home.as_deref())?;
     let key = mac_key(&home)?;
     runtime()?.block_on(async {
         let store = open(&home).await?;
@@ -168,7 +194,7 @@ fn trust_package(
     home: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
     use gatehouse_store::{ConsentKind, ConsentState};
-    let home = home_dir(home.as_deref());
+    let home = existing_home(home.as_deref())?;
     let key = mac_key(&home)?;
     runtime()?.block_on(async {
         let store = open(&home).await?;
@@ -202,7 +228,7 @@ fn trust_package(
 }
 
 fn diff(server: &str, tool: &str, home: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let home = home_dir(home.as_deref());
+    let home = existing_home(home.as_deref())?;
     let key = mac_key(&home)?;
     runtime()?.block_on(async {
         let store = open(&home).await?;
@@ -260,12 +286,13 @@ fn line_diff(a: &str, b: &str) -> Vec<String> {
             out.push(format!(" {}", a[i]));
             i += 1;
             j += 1;
-        } else if j < b.len() && (i == a.len() || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            out.push(format!("+{}", b[j]));
-            j += 1;
-        } else {
+        } else if i < a.len() && (j == b.len() || lcs[i + 1][j] >= lcs[i][j + 1]) {
+            // Removals first, as unified diffs show a changed line.
             out.push(format!("-{}", a[i]));
             i += 1;
+        } else {
+            out.push(format!("+{}", b[j]));
+            j += 1;
         }
     }
     out
@@ -279,8 +306,15 @@ mod tests {
     fn diff_marks_changes() {
         assert_eq!(
             line_diff("a\nb\nc", "a\nx\nc"),
-            vec![" a", "+x", "-b", " c"]
+            vec![" a", "-b", "+x", " c"],
+            "the old line, then the new one (unified diff order)"
+        );
+        assert_eq!(
+            line_diff("a\nb\nc\nd", "a\nx\ny\nd"),
+            vec![" a", "-b", "-c", "+x", "+y", " d"]
         );
         assert_eq!(line_diff("", "n"), vec!["+n"]);
+        assert_eq!(line_diff("o", ""), vec!["-o"]);
+        assert_eq!(line_diff("k\no", "k"), vec![" k", "-o"]);
     }
 }

@@ -26,13 +26,14 @@ pub enum PolicyCommand {
     /// and their approved tools (with content hashes) as allowlists,
     /// rejected or quarantined tools as comments for review.
     Generate {
-        /// Only servers seen within this age (e.g. `7d`, `12h`).
+        /// Only servers seen within this age: a whole number and a unit (e.g. `7d`, `12h`).
         #[arg(long)]
         since: Option<String>,
         /// Write it to this file instead of stdout (refuses to overwrite).
         #[arg(long)]
         output: Option<PathBuf>,
-        /// Gatehouse home directory (default: $GATEHOUSE_HOME or the per-OS data dir).
+        /// Gatehouse home directory (default: $GATEHOUSE_HOME or the per-OS
+        /// data dir); it must hold a database.
         #[arg(long)]
         home: Option<PathBuf>,
     },
@@ -103,7 +104,7 @@ fn generate(
     let since_ms = since
         .map(|t| store_access::parse_age(t).map(|age| gatehouse_store::now_ms() - age))
         .transpose()?;
-    let home = store_access::home_dir(home);
+    let home = store_access::existing_home(home)?;
     let mac_key = store_access::mac_key(&home)?;
     let text = store_access::runtime()?.block_on(async {
         let store = store_access::open(&home).await?;

@@ -12,6 +12,8 @@ use anyhow::{bail, Context};
 use gatehouse_scanner::{ListedKind, Report, Scanner, ScannerConfig};
 use serde_json::{json, Value};
 
+use super::store_access::JSON_VERSION;
+
 #[derive(clap::Args)]
 pub struct ScanArgs {
     /// Tool definitions to scan: a JSON array, JSON lines, or a tools/list
@@ -22,7 +24,7 @@ pub struct ScanArgs {
     /// as a JSON array or JSON lines (`-` reads stdin).
     #[arg(long, value_name = "FILE|-", conflicts_with = "command")]
     results: Option<PathBuf>,
-    /// One JSON object per verdict, one per line.
+    /// One JSON object per verdict, one per line (shape version `v`).
     #[arg(long)]
     json: bool,
     /// Seconds to wait for each answer from a live server.
@@ -96,6 +98,7 @@ struct Verdict {
 impl Verdict {
     fn to_json(&self) -> Value {
         json!({
+            "v": JSON_VERSION,
             "kind": self.kind,
             "index": self.index,
             "id": self.id,

@@ -1,0 +1,407 @@
+//! The `gatehouse` binary as a person runs it: exit codes, messages and
+//! output shapes of the reading commands, on private temp homes seeded
+//! through `gatehouse-store`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use gatehouse_store::{Action, NewEvent, NewServer, Severity, Store, StoreOptions};
+use serde_json::Value;
+
+/// A private `HOME` with `GATEHOUSE_HOME` below it (not created).
+struct Sandbox {
+    dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    fn new() -> Sandbox {
+        Sandbox {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    fn home(&self) -> PathBuf {
+        self.dir.path().join("gh")
+    }
+
+    fn user_home(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        let out = Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.user_home())
+            .env("GATEHOUSE_HOME", self.home())
+            .output()
+            .expect("run gatehouse");
+        Run::from(args, out)
+    }
+
+    /// A database in the home, holding `events` and `servers`.
+    fn seed(&self, events: &[NewEvent], servers: &[NewServer]) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let store = Store::open(&self.home(), StoreOptions::control_plane())
+                .await
+                .expect("seed database opens");
+            for e in events {
+                store.insert_event(e).await.unwrap();
+            }
+            for s in servers {
+                store.register_protected_server(s, now()).await.unwrap();
+            }
+            store.close().await;
+        });
+    }
+}
+
+struct Run {
+    args: String,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn from(args: &[&str], out: Output) -> Run {
+        Run {
+            args: args.join(" "),
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    #[track_caller]
+    fn code(&self, want: i32) -> &Run {
+        assert_eq!(
+            self.code,
+            Some(want),
+            "`gatehouse {}` exit code\nstdout: {}\nstderr: {}",
+            self.args,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    #[track_caller]
+    fn stdout_has(&self, want: &str) -> &Run {
+        assert!(
+            self.stdout.contains(want),
+            "`gatehouse {}` stdout lacks {want:?}:\n{}\nstderr: {}",
+            self.args,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    #[track_caller]
+    fn stderr_has(&self, want: &str) -> &Run {
+        assert!(
+            self.stderr.contains(want),
+            "`gatehouse {}` stderr lacks {want:?}:\n{}",
+            self.args,
+            self.stderr
+        );
+        self
+    }
+
+    /// Every stdout line as a JSON object carrying `"v": 1`.
+    #[track_caller]
+    fn json_lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap_or_else(|e| {
+                    panic!(
+                        "`gatehouse {}`: not one JSON object per line ({e}): {l:?}",
+                        self.args
+                    )
+                });
+                assert_eq!(
+                    v["v"], 1,
+                    "`gatehouse {}`: every line carries v: 1: {l}",
+                    self.args
+                );
+                v
+            })
+            .collect()
+    }
+}
+
+fn now() -> i64 {
+    gatehouse_store::now_ms()
+}
+
+fn call(ms_ago: i64, server: &str, tool: &str) -> NewEvent {
+    NewEvent {
+        server_id: Some(server.into()),
+        tool: Some(tool.into()),
+        ..NewEvent::new(
+            now() - ms_ago,
+            "mcp_tool_called",
+            Action::Allow,
+            Severity::Info,
+            "allowed",
+        )
+    }
+}
+
+fn server(id: &str, name: &str) -> NewServer {
+    NewServer {
+        id: id.into(),
+        display_name: name.into(),
+        client: "cursor".into(),
+        config_path: "/c/mcp.json".into(),
+        scope: "user".into(),
+        entry_name: name.into(),
+        command_hash: "h".repeat(64),
+        argv_json: r#"["npx","x"]"#.into(),
+        cwd: None,
+    }
+}
+
+/// Commands that only read what is recorded (or change a record that must
+/// already exist).
+const READING: &[&[&str]] = &[
+    &["events"],
+    &["calls"],
+    &["servers"],
+    &["tools"],
+    &["pins", "list"],
+    &["pins", "diff", "--server", "s", "--tool", "t"],
+    &["pins", "trust", "--server", "s", "--tool", "t"],
+    &["pins", "reset", "--server", "s", "--tool", "t"],
+    &["policy", "generate"],
+];
+
+#[test]
+fn reading_commands_never_create_a_home() {
+    let sb = Sandbox::new();
+    let missing = sb.user_home().join("nonexistent/dir");
+    let home = missing.to_str().unwrap();
+    for args in READING {
+        let mut args = args.to_vec();
+        args.extend(["--home", home]);
+        sb.run(&args)
+            .code(2)
+            .stderr_has(&format!("no Gatehouse data at {home}"));
+        assert!(
+            !missing.exists(),
+            "`gatehouse {}` created the mistyped home",
+            args.join(" ")
+        );
+    }
+    // The default home (GATEHOUSE_HOME here) is no different.
+    sb.run(&["events"])
+        .code(2)
+        .stderr_has("no Gatehouse data at");
+    assert!(
+        !sb.home().exists(),
+        "`gatehouse events` created GATEHOUSE_HOME"
+    );
+}
+
+#[test]
+fn a_home_without_a_database_is_no_data() {
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.home()).unwrap();
+    sb.run(&["servers"])
+        .code(2)
+        .stderr_has("no Gatehouse data at")
+        .stderr_has("gatehouse.db");
+    assert!(
+        !sb.home().join(gatehouse_store::DB_FILE).exists(),
+        "a reading command created the database"
+    );
+}
+
+#[test]
+fn a_home_that_is_a_file_is_named() {
+    let sb = Sandbox::new();
+    let file = sb.user_home().join("notes.txt");
+    std::fs::write(&file, "x").unwrap();
+    let path = file.to_str().unwrap();
+    for args in [&["servers", "--home", path][..], &["pause", "--home", path]] {
+        let run = sb.run(args);
+        run.code(2)
+            .stderr_has(&format!("{path} is not a directory"));
+        assert!(!run.stderr.contains("os error"), "{}", run.stderr);
+    }
+}
+
+#[test]
+fn ages_need_a_unit_and_a_whole_number() {
+    let sb = Sandbox::new();
+    sb.seed(&[call(1000, "srv_a", "t")], &[]);
+    sb.run(&["events", "--since", "30"])
+        .code(2)
+        .stderr_has("add a unit: s, m, h or d");
+    sb.run(&["calls", "--since", "1"])
+        .code(2)
+        .stderr_has("add a unit: s, m, h or d");
+    sb.run(&["events", "--since", "1.5h"])
+        .code(2)
+        .stderr_has("whole number");
+    sb.run(&["events", "--since", "60s"])
+        .code(0)
+        .stdout_has("mcp_tool_called");
+}
+
+#[test]
+fn empty_results_say_whether_filters_hid_them() {
+    let sb = Sandbox::new();
+    sb.seed(&[], &[]);
+    sb.run(&["events"])
+        .code(0)
+        .stdout_has("No events recorded yet.");
+    sb.run(&["calls"])
+        .code(0)
+        .stdout_has("No calls recorded yet.");
+
+    let sb = Sandbox::new();
+    sb.seed(&[call(10 * 60_000, "srv_a", "t")], &[]);
+    sb.run(&["events", "--since", "0s"])
+        .code(0)
+        .stdout_has("No events match the filters (--since 0s).");
+    sb.run(&["events", "--type", "nosuch"])
+        .code(0)
+        .stdout_has("No events match the filters (--type nosuch).")
+        .stdout_has("Recorded event types: mcp_tool_called");
+    sb.run(&["calls", "--action", "hold"])
+        .code(0)
+        .stdout_has("No calls match the filters (--action hold).");
+    sb.run(&["events", "--limit", "0"])
+        .code(2)
+        .stderr_has("--limit");
+}
+
+#[test]
+fn the_error_prefix_is_said_once() {
+    let sb = Sandbox::new();
+    let run = sb.run(&[
+        "wrap",
+        "--server",
+        "srv_x",
+        "--",
+        "gatehouse-no-such-command-anywhere",
+    ]);
+    run.code(2)
+        .stderr_has("gatehouse: error: cannot find the server command");
+    assert!(
+        !run.stderr.contains("gatehouse: error: gatehouse:"),
+        "doubled prefix: {}",
+        run.stderr
+    );
+}
+
+#[test]
+fn json_is_one_versioned_object_per_line() {
+    let sb = Sandbox::new();
+    let cursor = sb.user_home().join(".cursor/mcp.json");
+    std::fs::create_dir_all(cursor.parent().unwrap()).unwrap();
+    std::fs::write(
+        &cursor,
+        r#"{"mcpServers": {"a": {"command": "npx", "args": ["-y", "x"]}}}"#,
+    )
+    .unwrap();
+    let clients = sb.run(&["clients", "--json"]).code(0).json_lines();
+    assert_eq!(clients.len(), 1, "one line per client: {clients:?}");
+    assert_eq!(clients[0]["key"], "cursor");
+    assert_eq!(clients[0]["files"][0]["servers"][0]["name"], "a");
+    assert_eq!(clients[0]["auto_protect"], false);
+
+    let tools = sb.user_home().join("tools.json");
+    std::fs::write(&tools, r#"[{"name": "add", "description": "Adds."}]"#).unwrap();
+    let scanned = sb
+        .run(&["scan", "--json", "--tools", tools.to_str().unwrap()])
+        .code(0)
+        .json_lines();
+    assert_eq!(scanned.len(), 1);
+    assert_eq!(scanned[0]["id"], "add");
+}
+
+#[test]
+fn table_columns_line_up_for_real_ids_and_wide_names() {
+    let sb = Sandbox::new();
+    let id = "srv_0123456789abcdef";
+    assert_eq!(id.len(), 20, "protect's ids: srv_ and 16 hex digits");
+    sb.seed(
+        &[
+            call(1000, id, "read_file"),
+            call(2000, id, "📁_list_everything_in_a_folder"),
+        ],
+        &[
+            server(id, "📁 files"),
+            server("srv_fedcba9876543210", "plain"),
+        ],
+    );
+    for cmd in ["events", "servers"] {
+        let run = sb.run(&[cmd]);
+        run.code(0);
+        let lines: Vec<&str> = run.stdout.lines().collect();
+        let header = lines[0];
+        for column in ["TOOL", "CLIENT", "REASON"] {
+            let Some(at) = header.find(column) else {
+                continue;
+            };
+            let at = header[..at].chars().count();
+            for line in &lines[1..] {
+                let before: String = line.chars().take(at).collect();
+                assert!(
+                    before.ends_with(' ') && !line.chars().nth(at).unwrap().is_whitespace(),
+                    "`gatehouse {cmd}`: {column} starts at column {at} in every row:\n{}",
+                    run.stdout
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_option_has_help() {
+    let sb = Sandbox::new();
+    for cmd in [
+        &["events"][..],
+        &["calls"],
+        &["servers"],
+        &["tools"],
+        &["pins", "list"],
+        &["pins", "diff"],
+    ] {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let run = sb.run(&args);
+        run.code(0);
+        for line in run.stdout.lines() {
+            let line = line.trim();
+            if line.starts_with("--") {
+                assert!(
+                    line.split_whitespace().count() > 2,
+                    "`gatehouse {}`: option without help: {line:?}",
+                    cmd.join(" ")
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn clients_exits_2_when_a_config_does_not_parse() {
+    let sb = Sandbox::new();
+    let cursor = sb.user_home().join(".cursor/mcp.json");
+    std::fs::create_dir_all(cursor.parent().unwrap()).unwrap();
+    std::fs::write(&cursor, r#"{"mcpServers": {"a": "#).unwrap();
+    sb.run(&["clients"])
+        .code(2)
+        .stdout_has(cursor.to_str().unwrap());
+    sb.run(&["clients", "--json"]).code(2).json_lines();
+}
