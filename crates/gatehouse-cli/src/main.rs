@@ -84,46 +84,8 @@ fn main() -> ExitCode {
         // A reader that went away (`| head`) is not an error to report.
         Err(err) if commands::is_broken_pipe(&err) => ExitCode::from(commands::BROKEN_PIPE_EXIT),
         Err(err) => {
-            eprintln!("gatehouse: error: {}", error_line(&err));
+            eprintln!("gatehouse: error: {err:#}");
             ExitCode::from(2)
         }
-    }
-}
-
-/// An error and its causes on one line, `outer: inner`, as `{:#}` prints
-/// them, but without a `gatehouse: ` a cause brought along (some library
-/// errors carry it for callers that print them bare): `main` says it once.
-fn error_line(err: &anyhow::Error) -> String {
-    err.chain()
-        .map(|cause| {
-            let text = cause.to_string();
-            match text.strip_prefix("gatehouse: ") {
-                Some(rest) => rest.to_owned(),
-                None => text,
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(": ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::error_line;
-
-    #[test]
-    fn the_prefix_is_said_once() {
-        let wrap = anyhow::Error::new(gatehouse_proxy::WrapError::CommandNotFound("npx".into()));
-        assert_eq!(
-            error_line(&wrap),
-            "cannot find the server command \"npx\" on PATH",
-            "main prints `gatehouse: error: ` before it"
-        );
-        let nested = wrap.context("starting the server");
-        assert_eq!(
-            error_line(&nested),
-            "starting the server: cannot find the server command \"npx\" on PATH"
-        );
-        let plain = anyhow::anyhow!("no pin for tool \"t\"");
-        assert_eq!(error_line(&plain), "no pin for tool \"t\"");
     }
 }
