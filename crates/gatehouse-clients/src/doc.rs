@@ -122,6 +122,65 @@ impl ConfigDoc {
         }
     }
 
+    /// Refuses duplicate keys where Gatehouse edits: along the path to each
+    /// server map, among its entry names, and anywhere inside an entry. JSON
+    /// readers keep the last of two equal keys, so edits planned for one
+    /// would land in the other. (TOML forbids duplicates; its parser
+    /// already refuses them.)
+    pub fn check_unique_keys(
+        &self,
+        servers_key: &str,
+        per_project: bool,
+    ) -> Result<(), ParseFailure> {
+        let ConfigDoc::Json { text, root } = self else {
+            return Ok(());
+        };
+        let dup = |(first, again): (&jsonc::Member, &jsonc::Member), place: &str| {
+            let (line, col) = jsonc::line_col(text, again.key_span.start);
+            let (l1, c1) = jsonc::line_col(text, first.key_span.start);
+            ParseFailure {
+                line,
+                col,
+                msg: format!(
+                    "duplicate key {} in {place} (also at {l1}:{c1}); Gatehouse cannot tell which one the client uses",
+                    quote(&again.key)
+                ),
+            }
+        };
+        let followed = |k: &str| k == servers_key || (per_project && k == "projects");
+        if let Some(d) = duplicate_where(root, followed) {
+            return Err(dup(d, "the top level"));
+        }
+        let mut maps = vec![(servers_key.to_owned(), root.get(servers_key))];
+        if per_project {
+            let projects = root.get("projects");
+            if let Some(d) = projects.and_then(duplicate_member) {
+                return Err(dup(d, "projects"));
+            }
+            for m in projects.map(Node::members).unwrap_or_default() {
+                if let Some(d) = duplicate_where(&m.value, |k| k == servers_key) {
+                    return Err(dup(d, &format!("projects.{}", quote(&m.key))));
+                }
+                maps.push((
+                    format!("projects.{}.{servers_key}", quote(&m.key)),
+                    m.value.get(servers_key),
+                ));
+            }
+        }
+        for (place, map) in maps {
+            let Some(map) = map else { continue };
+            if let Some(d) = duplicate_member(map) {
+                return Err(dup(d, &place));
+            }
+            for entry in map.members() {
+                if let Some(d) = first_duplicate_deep(&entry.value) {
+                    return Err(dup(d, &format!("entry {}", quote(&entry.key))));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Every server entry, in file order. `per_project` adds Claude Code's
     /// `projects[*].<servers_key>` sections.
     pub fn entries(&self, servers_key: &str, per_project: bool) -> Vec<EntryView> {
@@ -208,6 +267,34 @@ impl ConfigDoc {
                 doc.to_string()
             }
         }
+    }
+}
+
+type Duplicate<'a> = (&'a jsonc::Member, &'a jsonc::Member);
+
+/// The first member of `node` (an object) whose key repeats an earlier one
+/// and passes `wanted`.
+fn duplicate_where(node: &Node, wanted: impl Fn(&str) -> bool) -> Option<Duplicate<'_>> {
+    let members = node.members();
+    members.iter().enumerate().find_map(|(i, again)| {
+        members[..i]
+            .iter()
+            .find(|first| first.key == again.key && wanted(&again.key))
+            .map(|first| (first, again))
+    })
+}
+
+fn duplicate_member(node: &Node) -> Option<Duplicate<'_>> {
+    duplicate_where(node, |_| true)
+}
+
+/// Like [`duplicate_member`], in `node` and every object inside it.
+fn first_duplicate_deep(node: &Node) -> Option<Duplicate<'_>> {
+    match node {
+        Node::Object { members, .. } => duplicate_member(node)
+            .or_else(|| members.iter().find_map(|m| first_duplicate_deep(&m.value))),
+        Node::Array { items, .. } => items.iter().find_map(first_duplicate_deep),
+        _ => None,
     }
 }
 

@@ -206,7 +206,7 @@ fn read(path: &Path) -> Result<String, ClientError> {
 }
 
 fn parse(file: &ConfigFile, text: &str) -> Result<ConfigDoc, ClientError> {
-    ConfigDoc::parse(file.client.format, text).map_err(|e| ClientError::Parse {
+    file.parse(text).map_err(|e| ClientError::Parse {
         path: file.path.clone(),
         line: e.line,
         col: e.col,

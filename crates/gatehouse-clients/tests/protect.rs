@@ -836,3 +836,83 @@ fn a_foreign_wrap_entry_claiming_a_protected_id_is_never_unwrapped() {
         "the victim's secret stays in the vault"
     );
 }
+
+fn client_file(fx: &Fixture, key: &str) -> ConfigFile {
+    fx.files()
+        .into_iter()
+        .find(|f| f.client.key == key && f.project.is_none())
+        .unwrap()
+}
+
+/// Protect refuses `text` with a parse error at `at` naming `needle`, and
+/// writes nothing.
+fn check_refused(key: &str, text: &str, at: (usize, usize), needle: &str) {
+    let fx = Fixture::new("linux-all");
+    let file = client_file(&fx, key);
+    std::fs::write(&file.path, text).unwrap();
+    let err = fx
+        .protector()
+        .protect_file(&file, &Options::default())
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, ClientError::Parse { line, col, .. } if (line, col) == at),
+        "expected a refusal at {at:?}: {msg}"
+    );
+    assert!(msg.contains(needle), "the message names {needle}: {msg}");
+    assert_eq!(read(&file.path), text, "nothing is written");
+    assert!(fx.vault.is_empty(), "no secret is moved");
+    assert!(!fx.root.join("gh/backups").exists(), "no backup is written");
+}
+
+#[test]
+fn duplicate_keys_where_gatehouse_edits_are_refused() {
+    check_refused(
+        "cursor",
+        "{\"mcpServers\": {\"a\": {\"command\": \"npx\", \"args\": [\"one\"]},\n \"a\": {\"command\": \"node\", \"args\": [\"two\"], \"env\": {\"GITHUB_TOKEN\": \"ghp_CANARY0123456789abcdefghijKLMNOP\"}}}}\n",
+        (2, 2),
+        "duplicate key \"a\" in mcpServers (also at 1:17)",
+    );
+    check_refused(
+        "cursor",
+        "{\"mcpServers\": {\"a\": {\"command\": \"npx\",\n  \"args\": [\"one\"], \"args\": [\"two\"]}}}\n",
+        (2, 20),
+        "duplicate key \"args\" in entry \"a\"",
+    );
+    check_refused(
+        "cursor",
+        "{\"mcpServers\": {\"a\": {\"command\": \"npx\", \"env\": {\"T\": \"1\", \"T\": \"2\"}}}}",
+        (1, 59),
+        "duplicate key \"T\" in entry \"a\"",
+    );
+    check_refused(
+        "cursor",
+        "{\"mcpServers\": {},\n\"mcpServers\": {\"a\": {\"command\": \"npx\"}}}",
+        (2, 1),
+        "duplicate key \"mcpServers\" in the top level",
+    );
+    // TOML forbids duplicate keys and tables; its parser refuses them.
+    check_refused(
+        "codex",
+        "[mcp_servers.a]\ncommand = \"npx\"\n\n[mcp_servers.a]\ncommand = \"node\"\n",
+        (4, 1),
+        "duplicate key",
+    );
+    check_refused(
+        "codex",
+        "[mcp_servers.a]\ncommand = \"npx\"\ncommand = \"node\"\n",
+        (3, 1),
+        "duplicate key",
+    );
+    // Duplicates elsewhere (not read by Gatehouse) are the client's business.
+    let fx = Fixture::new("linux-all");
+    let file = client_file(&fx, "cursor");
+    std::fs::write(
+        &file.path,
+        "{\"theme\": 1, \"theme\": 2, \"mcpServers\": {\"a\": {\"command\": \"npx\"}}}",
+    )
+    .unwrap();
+    fx.protector()
+        .protect_file(&file, &Options::default())
+        .unwrap();
+}
