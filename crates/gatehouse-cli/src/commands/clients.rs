@@ -176,7 +176,7 @@ fn stamp() -> String {
 }
 
 fn print_report(r: &FileReport, verb: &str) {
-    if !r.changed && r.entries.is_empty() && r.skipped.is_empty() {
+    if !r.changed && r.entries.is_empty() && r.skipped.is_empty() && r.notes.is_empty() {
         outln!("  {}: nothing to do", r.path.display());
         return;
     }
