@@ -1462,3 +1462,88 @@ fn gatehouse_up_repoints_entries_whose_binary_is_gone() {
         "{repaired}"
     );
 }
+
+const PG_PASSWORD: &str = "pg-Concurrent-Canary-Pass-0042";
+
+/// `gatehouse ARGS` started, not awaited (for runs at once).
+fn spawn_gatehouse(sb: &Sandbox, args: &[&str]) -> std::process::Child {
+    Command::new(gatehouse_bin())
+        .args(args)
+        .envs(sb.envs())
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("CODEX_HOME")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run gatehouse")
+}
+
+#[test]
+fn protect_runs_at_once_take_turns_and_unprotect_restores_bytes() {
+    if !keyring_available("protect_runs_at_once_take_turns_and_unprotect_restores_bytes") {
+        return;
+    }
+    let original = format!(
+        "{{\"mcpServers\": {{\n  \"github\": {{\"command\": \"npx\", \"args\": [\"-y\", \"server-github\"], \
+         \"env\": {{\"GITHUB_TOKEN\": \"{GITHUB_TOKEN}\"}}}},\n  \
+         \"postgres\": {{\"command\": \"npx\", \"args\": [\"-y\", \"server-postgres\", \
+         \"postgresql://bob:{PG_PASSWORD}@db.internal:5432/app\"]}}\n}}}}\n"
+    );
+    for round in 0..4 {
+        let sb = Sandbox::new();
+        let path = sb.user_home().join(".cursor/mcp.json");
+        write(&path, &original);
+        let args: &[&str] = if round % 2 == 0 {
+            &["protect", "cursor"]
+        } else {
+            &["protect", "--all"]
+        };
+        let runs: Vec<_> = (0..3).map(|_| spawn_gatehouse(&sb, args)).collect();
+        let outputs: Vec<_> = runs
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect();
+        let said: Vec<String> = outputs
+            .iter()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .collect();
+        for (o, text) in outputs.iter().zip(&said) {
+            assert!(
+                o.status.success(),
+                "round {round}: every run succeeds, one after the other:\n{text}{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        assert_eq!(
+            said.iter().filter(|t| t.contains(": protected (")).count(),
+            1,
+            "round {round}: exactly one run rewrites the file: {said:#?}"
+        );
+        let state: Value = serde_json::from_slice(
+            &std::fs::read(sb.gatehouse_home().join("clients/state.json")).unwrap(),
+        )
+        .unwrap();
+        let mut recorded: Vec<String> = state["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_owned())
+            .collect();
+        let mut in_file: Vec<String> = ["github", "postgres"]
+            .iter()
+            .map(|n| server_id(&path, n).expect("wrapped"))
+            .collect();
+        recorded.sort();
+        in_file.sort();
+        assert_eq!(
+            recorded, in_file,
+            "round {round}: the state names the file's servers"
+        );
+        gatehouse(&sb, &["unprotect", "cursor"]);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            original,
+            "round {round}: restored byte for byte"
+        );
+    }
+}

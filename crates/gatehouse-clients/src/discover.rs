@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::doc::ConfigDoc;
+use crate::doc::{ConfigDoc, ParseFailure};
 use crate::entry::EntryKind;
 use crate::home::HomeDirs;
 use crate::table::{ClientSpec, CLIENTS};
@@ -19,6 +19,21 @@ pub struct ConfigFile {
     pub path: PathBuf,
     /// The project root for project-scope files.
     pub project: Option<PathBuf>,
+}
+
+impl ConfigFile {
+    /// Whether Claude Code's `projects[*]` sections belong to this file.
+    pub fn per_project(&self) -> bool {
+        self.client.per_project_sections && self.project.is_none()
+    }
+
+    /// Parses `text` (this file's content) and refuses duplicate keys where
+    /// Gatehouse would edit.
+    pub fn parse(&self, text: &str) -> Result<ConfigDoc, ParseFailure> {
+        let doc = ConfigDoc::parse(self.client.format, text)?;
+        doc.check_unique_keys(self.client.servers_key, self.per_project())?;
+        Ok(doc)
+    }
 }
 
 /// A server as `gatehouse clients` shows it.
@@ -263,7 +278,7 @@ pub fn inspect_file(file: &ConfigFile) -> DetectedFile {
             }
         }
     };
-    let doc = match ConfigDoc::parse(file.client.format, &text) {
+    let doc = match file.parse(&text) {
         Ok(d) => d,
         Err(e) => {
             return DetectedFile {

@@ -122,6 +122,65 @@ impl ConfigDoc {
         }
     }
 
+    /// Refuses duplicate keys where Gatehouse edits: along the path to each
+    /// server map, among its entry names, and anywhere inside an entry. JSON
+    /// readers keep the last of two equal keys, so edits planned for one
+    /// would land in the other. (TOML forbids duplicates; its parser
+    /// already refuses them.)
+    pub fn check_unique_keys(
+        &self,
+        servers_key: &str,
+        per_project: bool,
+    ) -> Result<(), ParseFailure> {
+        let ConfigDoc::Json { text, root } = self else {
+            return Ok(());
+        };
+        let dup = |(first, again): (&jsonc::Member, &jsonc::Member), place: &str| {
+            let (line, col) = jsonc::line_col(text, again.key_span.start);
+            let (l1, c1) = jsonc::line_col(text, first.key_span.start);
+            ParseFailure {
+                line,
+                col,
+                msg: format!(
+                    "duplicate key {} in {place} (also at {l1}:{c1}); Gatehouse cannot tell which one the client uses",
+                    quote(&again.key)
+                ),
+            }
+        };
+        let followed = |k: &str| k == servers_key || (per_project && k == "projects");
+        if let Some(d) = duplicate_where(root, followed) {
+            return Err(dup(d, "the top level"));
+        }
+        let mut maps = vec![(servers_key.to_owned(), root.get(servers_key))];
+        if per_project {
+            let projects = root.get("projects");
+            if let Some(d) = projects.and_then(duplicate_member) {
+                return Err(dup(d, "projects"));
+            }
+            for m in projects.map(Node::members).unwrap_or_default() {
+                if let Some(d) = duplicate_where(&m.value, |k| k == servers_key) {
+                    return Err(dup(d, &format!("projects.{}", quote(&m.key))));
+                }
+                maps.push((
+                    format!("projects.{}.{servers_key}", quote(&m.key)),
+                    m.value.get(servers_key),
+                ));
+            }
+        }
+        for (place, map) in maps {
+            let Some(map) = map else { continue };
+            if let Some(d) = duplicate_member(map) {
+                return Err(dup(d, &place));
+            }
+            for entry in map.members() {
+                if let Some(d) = first_duplicate_deep(&entry.value) {
+                    return Err(dup(d, &format!("entry {}", quote(&entry.key))));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Every server entry, in file order. `per_project` adds Claude Code's
     /// `projects[*].<servers_key>` sections.
     pub fn entries(&self, servers_key: &str, per_project: bool) -> Vec<EntryView> {
@@ -211,12 +270,81 @@ impl ConfigDoc {
     }
 }
 
+type Duplicate<'a> = (&'a jsonc::Member, &'a jsonc::Member);
+
+/// The first member of `node` (an object) whose key repeats an earlier one
+/// and passes `wanted`.
+fn duplicate_where(node: &Node, wanted: impl Fn(&str) -> bool) -> Option<Duplicate<'_>> {
+    let members = node.members();
+    members.iter().enumerate().find_map(|(i, again)| {
+        members[..i]
+            .iter()
+            .find(|first| first.key == again.key && wanted(&again.key))
+            .map(|first| (first, again))
+    })
+}
+
+fn duplicate_member(node: &Node) -> Option<Duplicate<'_>> {
+    duplicate_where(node, |_| true)
+}
+
+/// Like [`duplicate_member`], in `node` and every object inside it.
+fn first_duplicate_deep(node: &Node) -> Option<Duplicate<'_>> {
+    match node {
+        Node::Object { members, .. } => duplicate_member(node)
+            .or_else(|| members.iter().find_map(|m| first_duplicate_deep(&m.value))),
+        Node::Array { items, .. } => items.iter().find_map(first_duplicate_deep),
+        _ => None,
+    }
+}
+
 fn json_path<'a>(root: &'a Node, path: &[String]) -> Option<&'a Node> {
     path.iter().try_fold(root, |n, k| n.get(k))
 }
 
 fn json_entry_node<'a>(root: &'a Node, e: &EntryView) -> Option<&'a Node> {
     json_path(root, &e.container)?.get(&e.name)
+}
+
+/// Why an entry with a `command` has a `command`, `args` or `env` that is
+/// not what clients accept, if it does.
+fn json_malformed(node: &Node) -> Option<String> {
+    if node.get("command").is_some_and(|c| c.as_str().is_none()) {
+        return Some("\"command\" is not a string".into());
+    }
+    match node.get("args") {
+        None => {}
+        Some(Node::Array { items, .. }) if all_strings(items) => {}
+        Some(_) => return Some("\"args\" is not an array of strings".into()),
+    }
+    match node.get("env") {
+        None => {}
+        Some(Node::Object { members, .. }) if all_strings(members.iter().map(|m| &m.value)) => {}
+        Some(_) => return Some("\"env\" is not an object of strings".into()),
+    }
+    None
+}
+
+fn all_strings<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> bool {
+    nodes.into_iter().all(|n| n.as_str().is_some())
+}
+
+/// The TOML counterpart of [`json_malformed`].
+fn toml_malformed(t: &dyn TableLike) -> Option<String> {
+    if t.get("command")?.as_str().is_none() {
+        return Some("`command` is not a string".into());
+    }
+    match t.get("args").map(Item::as_array) {
+        None => {}
+        Some(Some(a)) if a.iter().all(|v| v.as_str().is_some()) => {}
+        Some(_) => return Some("`args` is not an array of strings".into()),
+    }
+    match t.get("env").map(Item::as_table_like) {
+        None => {}
+        Some(Some(e)) if e.iter().all(|(_, v)| v.as_str().is_some()) => {}
+        Some(_) => return Some("`env` is not a table of strings".into()),
+    }
+    None
 }
 
 fn json_entry(container: &[String], name: &str, node: &Node) -> EntryView {
@@ -266,36 +394,46 @@ fn json_entry(container: &[String], name: &str, node: &Node) -> EntryView {
         env,
         env_file: node.get("envFile").is_some(),
         remote_dev: matches!(node.get("remote"), Some(Node::Bool { value: true, .. })),
+        malformed: json_malformed(node),
+        headers: node
+            .get("headers")
+            .map(|h| {
+                h.members()
+                    .iter()
+                    .map(|m| (m.key.clone(), m.value.as_str().map(str::to_owned)))
+                    .collect()
+            })
+            .unwrap_or_default(),
         wrapped,
         pass_through: vec![],
     }
 }
 
-/// Renders `items` for insertion before an existing first array item,
-/// matching the array's one-line or one-item-per-line layout.
+/// Renders already-quoted `items` for insertion before an existing first
+/// array item, matching the array's one-line or one-item-per-line layout.
 fn json_items_before(text: &str, first: &Node, items: &[String]) -> String {
     let sep = match line_indent(text, first.span().start) {
         Some(indent) => format!(",\n{indent}"),
         None => ", ".to_owned(),
     };
-    let mut out: String = items
-        .iter()
-        .map(|s| quote(s))
-        .collect::<Vec<_>>()
-        .join(&sep);
+    let mut out = items.join(&sep);
     out.push_str(&sep);
     out
 }
 
 fn json_array(items: &[String]) -> String {
-    format!(
-        "[{}]",
-        items
-            .iter()
-            .map(|s| quote(s))
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
+    format!("[{}]", items.join(", "))
+}
+
+/// The wrap prefix as JSON literals; the original command (its last item)
+/// keeps its literal exactly as written (escapes and all), so unwrapping
+/// can put those bytes back.
+fn json_prefix(text: &str, prefix: &[String], command: &Node) -> Vec<String> {
+    let mut items: Vec<String> = prefix.iter().map(|s| quote(s)).collect();
+    if let Some(last) = items.last_mut() {
+        *last = text[command.span()].to_owned();
+    }
+    items
 }
 
 fn json_protect(text: &str, root: &Node, plans: &[(&EntryView, &EntryPlan)], exe: &str) -> Rewrite {
@@ -312,17 +450,18 @@ fn json_protect(text: &str, root: &Node, plans: &[(&EntryView, &EntryPlan)], exe
             range: cmd.span(),
             text: quote(exe),
         });
+        let prefix = json_prefix(text, &plan.prefix, cmd);
         match node.get("args") {
             Some(args @ Node::Array { items, .. }) => {
                 if let Some(first) = items.first() {
                     edits.push(Edit {
                         range: first.span().start..first.span().start,
-                        text: json_items_before(text, first, &plan.prefix),
+                        text: json_items_before(text, first, &prefix),
                     });
                 } else {
                     edits.push(Edit {
                         range: args.span(),
-                        text: json_array(&plan.prefix),
+                        text: json_array(&prefix),
                     });
                 }
                 for (i, new) in &plan.arg_rewrites {
@@ -351,7 +490,7 @@ fn json_protect(text: &str, root: &Node, plans: &[(&EntryView, &EntryPlan)], exe
                 };
                 edits.push(Edit {
                     range: cmd.span().end..cmd.span().end,
-                    text: format!("{sep}\"args\": {}", json_array(&plan.prefix)),
+                    text: format!("{sep}\"args\": {}", json_array(&prefix)),
                 });
             }
         }
@@ -382,35 +521,43 @@ fn json_protect(text: &str, root: &Node, plans: &[(&EntryView, &EntryPlan)], exe
 fn json_unwrap(text: &str, root: &Node, targets: &[(&EntryView, UnwrapPlan)]) -> String {
     let mut edits = Vec::new();
     for (view, plan) in targets {
-        let Some(wrap) = &view.wrapped else { continue };
         let Some(node) = json_entry_node(root, view) else {
             continue;
         };
-        if let Some(cmd) = node.get("command") {
-            edits.push(Edit {
-                range: cmd.span(),
-                text: quote(&plan.command),
-            });
-        }
-        if let Some(args @ Node::Array { items, .. }) = node.get("args") {
-            let first_original = wrap.inner + 1;
-            match (items.first(), items.get(first_original)) {
-                (Some(first), Some(keep)) => edits.push(Edit {
-                    range: first.span().start..keep.span().start,
-                    text: String::new(),
-                }),
-                _ => edits.push(Edit {
-                    range: args.span(),
-                    text: "[]".into(),
-                }),
+        // An entry unwrapped by hand only gets its placeholders expanded.
+        let first_original = view.wrapped.as_ref().map_or(0, |w| w.inner + 1);
+        let items = node.get("args").map(Node::items).unwrap_or_default();
+        if let Some(wrap) = &view.wrapped {
+            // The original command's literal as protect copied it.
+            let command = items
+                .get(wrap.inner)
+                .filter(|n| n.as_str() == Some(plan.command.as_str()))
+                .map_or_else(|| quote(&plan.command), |n| text[n.span()].to_owned());
+            if let Some(cmd) = node.get("command") {
+                edits.push(Edit {
+                    range: cmd.span(),
+                    text: command,
+                });
             }
-            for (i, value) in &plan.args {
-                if let Some(item) = items.get(*i).filter(|_| *i >= first_original) {
-                    edits.push(Edit {
-                        range: item.span(),
-                        text: quote(value),
-                    });
+            if let Some(args @ Node::Array { .. }) = node.get("args") {
+                match (items.first(), items.get(first_original)) {
+                    (Some(first), Some(keep)) => edits.push(Edit {
+                        range: first.span().start..keep.span().start,
+                        text: String::new(),
+                    }),
+                    _ => edits.push(Edit {
+                        range: args.span(),
+                        text: "[]".into(),
+                    }),
                 }
+            }
+        }
+        for (i, value) in &plan.args {
+            if let Some(item) = items.get(*i).filter(|_| *i >= first_original) {
+                edits.push(Edit {
+                    range: item.span(),
+                    text: quote(value),
+                });
             }
         }
         for (name, value) in &plan.env {
@@ -463,6 +610,16 @@ fn toml_entry(container: &[String], name: &str, t: &dyn TableLike) -> EntryView 
         env,
         env_file: false,
         remote_dev: false,
+        malformed: toml_malformed(t),
+        headers: t
+            .get("http_headers")
+            .and_then(Item::as_table_like)
+            .map(|h| {
+                h.iter()
+                    .map(|(k, v)| (k.to_owned(), v.as_str().map(str::to_owned)))
+                    .collect()
+            })
+            .unwrap_or_default(),
         wrapped,
         pass_through: t
             .get("env_vars")
@@ -554,6 +711,13 @@ fn toml_protect(
         let Some(t) = toml_entry_mut(&mut doc, view) else {
             continue;
         };
+        // The original command keeps its literal as written (see json_prefix).
+        let mut prefix: Array = plan.prefix.iter().map(String::as_str).collect();
+        if let Some(command) = t.get("command").and_then(Item::as_value) {
+            let mut command = command.clone();
+            command.decor_mut().clear();
+            prefix.replace_formatted(prefix.len() - 1, command);
+        }
         set_keep_decor(t, "command", Value::from(exe));
         match t.get_mut("args").and_then(Item::as_array_mut) {
             Some(arr) => {
@@ -564,14 +728,14 @@ fn toml_protect(
                         *v.decor_mut() = decor;
                     }
                 }
-                for (k, p) in plan.prefix.iter().enumerate() {
-                    arr.insert(k, p.as_str());
+                for (k, p) in prefix.into_iter().enumerate() {
+                    arr.insert_formatted(k, p);
                 }
                 arr.fmt();
             }
             None => {
-                let arr: Array = plan.prefix.iter().map(String::as_str).collect();
-                t.insert("args", Item::Value(Value::Array(arr)));
+                prefix.fmt();
+                t.insert("args", Item::Value(Value::Array(prefix)));
             }
         }
         if let Some(env) = t.get_mut("env").and_then(Item::as_table_like_mut) {
@@ -616,11 +780,21 @@ fn toml_protect(
 fn toml_unwrap(im: &ImDocument<String>, targets: &[(&EntryView, UnwrapPlan)]) -> String {
     let mut doc = im.clone().into_mut();
     for (view, plan) in targets {
-        let Some(wrap) = &view.wrapped else { continue };
         let Some(t) = toml_entry_mut(&mut doc, view) else {
             continue;
         };
-        set_keep_decor(t, "command", Value::from(plan.command.as_str()));
+        // An entry unwrapped by hand only gets its placeholders expanded.
+        if let Some(wrap) = &view.wrapped {
+            // The original command's literal as protect copied it.
+            let command = t
+                .get("args")
+                .and_then(Item::as_array)
+                .and_then(|a| a.get(wrap.inner))
+                .filter(|v| v.as_str() == Some(plan.command.as_str()))
+                .cloned()
+                .unwrap_or_else(|| Value::from(plan.command.as_str()));
+            set_keep_decor(t, "command", command);
+        }
         if let Some(arr) = t.get_mut("args").and_then(Item::as_array_mut) {
             for (i, value) in &plan.args {
                 if let Some(v) = arr.get_mut(*i) {
@@ -629,10 +803,12 @@ fn toml_unwrap(im: &ImDocument<String>, targets: &[(&EntryView, UnwrapPlan)]) ->
                     *v.decor_mut() = decor;
                 }
             }
-            for _ in 0..=wrap.inner.min(arr.len().saturating_sub(1)) {
-                arr.remove(0);
+            if let Some(wrap) = &view.wrapped {
+                for _ in 0..=wrap.inner.min(arr.len().saturating_sub(1)) {
+                    arr.remove(0);
+                }
+                arr.fmt();
             }
-            arr.fmt();
         }
         if let Some(env) = t.get_mut("env").and_then(Item::as_table_like_mut) {
             for (name, value) in &plan.env {

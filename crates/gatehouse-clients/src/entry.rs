@@ -36,6 +36,13 @@ pub struct EntryView {
     pub env_file: bool,
     /// Zed `remote: true`: runs on a remote dev host, where the local binary is absent.
     pub remote_dev: bool,
+    /// Why the entry's launch fields are not what clients accept
+    /// (`command` a string, `args` an array of strings, `env` an object of
+    /// strings); such an entry is never rewritten.
+    pub malformed: Option<String>,
+    /// HTTP headers of a remote entry (`headers`, Codex `http_headers`);
+    /// `None` for non-string values.
+    pub headers: Vec<(String, Option<String>)>,
     /// Set when the entry already runs behind `gatehouse wrap`.
     pub wrapped: Option<WrapInfo>,
     /// Names the client passes from its own environment (Codex `env_vars`);
@@ -56,30 +63,49 @@ impl EntryView {
         }
     }
 
-    /// Names of env values that look like plain-text secrets.
+    /// Names of env values, args and headers that look like plain-text
+    /// secrets (headers as `NAME (header)`).
     pub fn secret_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
+        self.plain_secrets().into_iter().map(|(n, _)| n).collect()
+    }
+
+    /// Plain-text secret values anywhere in the entry (to redact from
+    /// diffs), whether or not protect moves them.
+    pub fn secret_values(&self) -> Vec<String> {
+        self.plain_secrets().into_iter().map(|(_, v)| v).collect()
+    }
+
+    fn plain_secrets(&self) -> Vec<(String, String)> {
+        let mut found: Vec<(String, String)> = self
             .env
             .iter()
             .filter_map(|(k, v)| {
-                v.as_deref()
-                    .and_then(|v| env_secret(k, v))
-                    .map(|_| k.clone())
+                let v = v.as_deref()?;
+                env_secret(k, v).map(|_| (k.clone(), v.to_owned()))
             })
             .collect();
         if let EntryKind::Stdio { args, .. } = &self.kind {
             let inner = self.wrapped.as_ref().map_or(0, |w| w.inner + 1);
-            names.extend(
-                find_arg_secrets(&args[inner.min(args.len())..])
+            let args = &args[inner.min(args.len())..];
+            found.extend(
+                find_arg_secrets(args)
                     .into_iter()
-                    .map(|f| f.name),
+                    .map(|f| (f.name, args[f.arg_index][f.range].to_owned())),
             );
         }
-        names
+        found.extend(self.headers.iter().filter_map(|(k, v)| {
+            header_secret(k, v.as_deref()?).map(|s| (format!("{k} (header)"), s.to_owned()))
+        }));
+        found
     }
 
     /// Why this entry cannot be wrapped, if it cannot.
     pub fn blocker(&self) -> Option<String> {
+        if let Some(why) = &self.malformed {
+            return Some(format!(
+                "{why}; left as it is (fix the entry, then protect again)"
+            ));
+        }
         match &self.kind {
             EntryKind::Remote { .. } => Some("remote (url) servers are not yet protectable".into()),
             EntryKind::Extension => {
@@ -92,6 +118,25 @@ impl EntryView {
             EntryKind::Stdio { .. } => None,
         }
     }
+}
+
+/// The secret in an HTTP header value, if it holds one: the credentials of
+/// `Authorization`-style headers (after a `Bearer `/`Basic ` scheme), or a
+/// value that is secret by its header name or its shape.
+pub fn header_secret<'v>(name: &str, value: &'v str) -> Option<&'v str> {
+    let credentials = value
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.bytes().all(|b| b.is_ascii_alphabetic()))
+        .map_or(value, |(_, rest)| rest)
+        .trim();
+    let auth_header = name.eq_ignore_ascii_case("authorization")
+        || name.eq_ignore_ascii_case("proxy-authorization");
+    let secret = if auth_header {
+        !credentials.is_empty() && !gatehouse_vault::detect::is_reference(credentials)
+    } else {
+        env_secret(name, credentials).is_some()
+    };
+    secret.then_some(credentials)
 }
 
 /// What Gatehouse's wrapping of an entry says.
@@ -337,6 +382,8 @@ mod tests {
             ],
             env_file: false,
             remote_dev: false,
+            malformed: None,
+            headers: vec![],
             wrapped: None,
             pass_through: vec![],
         };

@@ -89,16 +89,22 @@ impl Drop for DirLock {
     }
 }
 
+/// Creates `dir` (and its parents) and makes it private (0700).
+pub fn create_private_dir(dir: &Path) -> Result<(), ClientError> {
+    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(io_err(dir))?;
+    }
+    Ok(())
+}
+
 /// Writes a private (0600) file, creating private parent directories.
 pub fn write_private(path: &Path, content: &str) -> Result<(), ClientError> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(io_err(dir))?;
-        }
+        create_private_dir(dir)?;
     }
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut tmp = tempfile::Builder::new()

@@ -206,7 +206,7 @@ fn read(path: &Path) -> Result<String, ClientError> {
 }
 
 fn parse(file: &ConfigFile, text: &str) -> Result<ConfigDoc, ClientError> {
-    ConfigDoc::parse(file.client.format, text).map_err(|e| ClientError::Parse {
+    file.parse(text).map_err(|e| ClientError::Parse {
         path: file.path.clone(),
         line: e.line,
         col: e.col,
@@ -368,6 +368,7 @@ impl Protector<'_> {
         file: &ConfigFile,
         opts: &Options,
     ) -> Result<FileReport, ClientError> {
+        let _lock = self.state().lock()?;
         self.protect_until(file, opts, deadline(opts.wait), Pass::Protect)
     }
 
@@ -384,6 +385,7 @@ impl Protector<'_> {
             repair: true,
             ..opts.clone()
         };
+        let _lock = self.state().lock()?;
         self.protect_until(file, &opts, deadline(opts.wait), Pass::SelfHeal)
     }
 
@@ -496,7 +498,13 @@ impl Protector<'_> {
             .iter()
             .flat_map(|(_, p)| p.env_moves.iter().chain(&p.arg_secrets).map(|(_, s)| s))
             .collect();
-        let secret_texts: Vec<String> = secrets.iter().map(|s| s.expose().clone()).collect();
+        // Every plain-text secret in the file, moved or not (a remote
+        // entry's headers), so no diff line shows one.
+        let secret_texts: Vec<String> = secrets
+            .iter()
+            .map(|s| s.expose().clone())
+            .chain(views.iter().flat_map(EntryView::secret_values))
+            .collect();
         let tracked = file.project.is_some() && git_tracked(&file.path);
         if tracked && committed_secret(&file.path, &secrets) {
             report.notes.push("a secret in this file was committed to git: rotate it — moving it to the keyring does not remove it from history".into());
@@ -540,10 +548,12 @@ impl Protector<'_> {
                 stored.push((&plan.id, name));
             }
         }
+        let mut backup_written = None;
         let written = (|| {
             let state = self.state().load()?;
             let backup = self.make_backup(file, &original, &new_text, &rewrite.splices);
             let rel = self.state().write_backup(&backup, &self.stamp)?;
+            backup_written = Some(rel.clone());
             if let Some(cli) = &cli {
                 let notes = self.through_cli(file, cli, &original, &new_text)?;
                 return Ok((state, rel, notes));
@@ -554,17 +564,21 @@ impl Protector<'_> {
                 .map(|s| DirLock::acquire(&file.path, s))
                 .transpose()?;
             atomic_write(&file.path, &original, &new_text)?;
-            Ok::<_, CliFailure>((state, rel, vec![]))
+            Ok::<_, CliFailure>((state, rel, read_only_note(&file.path).into_iter().collect()))
         })();
         let (mut state, rel, cli_notes) = match written {
             Ok(v) => v,
             Err(CliFailure { error, rolled_back }) => {
                 // Unless the rename happened (Verify) or the CLI could not
                 // undo its steps, the file is unchanged: take the moved
-                // secrets back out of the keyring.
+                // secrets back out of the keyring, and the backup that
+                // names them.
                 if rolled_back && !matches!(error, ClientError::Verify { .. }) {
                     for (id, n) in &stored {
                         let _ = self.vault.delete(id, n);
+                    }
+                    if let Some(rel) = &backup_written {
+                        let _ = self.state().remove_backup(rel);
                     }
                 }
                 return Err(error);
@@ -686,6 +700,7 @@ impl Protector<'_> {
         file: &ConfigFile,
         opts: &Options,
     ) -> Result<FileReport, ClientError> {
+        let _lock = self.state().lock()?;
         self.unprotect_until(file, opts, deadline(opts.wait))
     }
 
@@ -704,23 +719,9 @@ impl Protector<'_> {
         let mut state = self.state().load()?;
         let key = file_key(&file.path);
         let doc = parse(file, &current)?;
-        // Only entries Gatehouse wrapped in this very file are unwrapped: a
-        // wrap entry someone else wrote (a cloned repository claiming a
-        // protected server's id) must never get that server's secrets
-        // spliced into it.
-        let path = file.path.to_string_lossy();
-        let (wrapped, foreign): (Vec<EntryView>, Vec<EntryView>) = entries(file, &doc)
-            .into_iter()
-            .filter(|e| e.wrapped.is_some())
-            .partition(|e| {
-                e.wrapped.as_ref().is_some_and(|w| {
-                    state
-                        .servers
-                        .iter()
-                        .any(|s| s.id == w.server_id && s.config_path == path)
-                })
-            });
-        for e in &foreign {
+        let views = entries(file, &doc);
+        let found = Restorable::find(file, &views, &state.servers);
+        for e in &found.foreign {
             report.skipped.push((
                 e.name.clone(),
                 "a wrap entry Gatehouse did not write in this file; left as it is \
@@ -728,13 +729,16 @@ impl Protector<'_> {
                     .into(),
             ));
         }
-        if wrapped.is_empty() {
+        for (e, _) in &found.hand_unwrapped {
+            report.notes.push(format!(
+                "{}: its gatehouse wrapping was removed by hand; the secrets Gatehouse moved are put back into it",
+                e.name
+            ));
+        }
+        if found.targets.is_empty() && found.gone.is_empty() {
             return Ok(report);
         }
-        let ids: Vec<String> = wrapped
-            .iter()
-            .filter_map(|e| e.wrapped.as_ref().map(|w| w.server_id.clone()))
-            .collect();
+        let ids: Vec<String> = found.targets.iter().map(|(_, id)| id.clone()).collect();
         let mut restored: Option<String> = None;
         if let Some(fs) = state.files.get(&key) {
             if fs.protected_sha256.as_deref() == Some(sha256(&current).as_str()) && !opts.dry_run {
@@ -743,6 +747,13 @@ impl Protector<'_> {
                     .restore(|s| Ok(requote(&s.quote, &self.expand(&s.server_id, &s.template)?)))?;
                 if sha256(&candidate) == backup.original_sha256 {
                     restored = Some(candidate);
+                } else {
+                    report.notes.push(
+                        "not restored byte for byte: a string that held a secret was written with \
+                         escapes (such as \\u0041); the entries were restored in place, every value as \
+                         before, that string without its escapes"
+                            .into(),
+                    );
                 }
             }
         }
@@ -750,42 +761,59 @@ impl Protector<'_> {
             Some(t) => t,
             None => {
                 let mut targets = Vec::new();
-                for e in &wrapped {
-                    targets.push((e, self.unwrap_plan(e, &state.servers, opts.dry_run)?));
+                for (e, id) in &found.targets {
+                    targets.push((*e, self.unwrap_plan(e, id, &state.servers, opts.dry_run)?));
                 }
                 doc.unwrap(&targets)
             }
         };
         report.changed = new_text != current;
-        report.entries = wrapped.iter().map(|e| e.name.clone()).collect();
+        report.entries = found.targets.iter().map(|(e, _)| e.name.clone()).collect();
+        report
+            .notes
+            .extend(found.gone.iter().filter_map(|r| stranded_note(r)));
+        let gone_ids: Vec<String> = found.gone.iter().map(|r| r.id.clone()).collect();
         if opts.dry_run {
-            report.diff = Some(redacted_diff(&file.path, &current, &new_text, &[]));
+            let secrets: Vec<String> = views.iter().flat_map(EntryView::secret_values).collect();
+            report.diff = Some(redacted_diff(&file.path, &current, &new_text, &secrets));
             return Ok(report);
         }
-        match self.route(file, opts, deadline, "unprotect")? {
-            Route::File => {
-                let lock = file
-                    .client
-                    .lock_suffix
-                    .map(|s| DirLock::acquire(&file.path, s))
-                    .transpose()?;
-                atomic_write(&file.path, &current, &new_text)?;
-                drop(lock);
+        if report.changed {
+            match self.route(file, opts, deadline, "unprotect")? {
+                Route::File => {
+                    report.notes.extend(read_only_note(&file.path));
+                    let lock = file
+                        .client
+                        .lock_suffix
+                        .map(|s| DirLock::acquire(&file.path, s))
+                        .transpose()?;
+                    atomic_write(&file.path, &current, &new_text)?;
+                    drop(lock);
+                }
+                Route::Cli(cli) => {
+                    let notes = self
+                        .through_cli(file, &cli, &current, &new_text)
+                        .map_err(|f| f.error)?;
+                    report.notes.extend(notes);
+                }
+                Route::Again => return self.unprotect_until(file, opts, deadline),
             }
-            Route::Cli(cli) => {
-                let notes = self
-                    .through_cli(file, &cli, &current, &new_text)
-                    .map_err(|f| f.error)?;
-                report.notes.extend(notes);
-            }
-            Route::Again => return self.unprotect_until(file, opts, deadline),
         }
         for id in &ids {
             for name in self.vault.list(id).unwrap_or_default() {
                 let _ = self.vault.delete(id, &name);
             }
         }
-        state.servers.retain(|s| !ids.contains(&s.id));
+        // The stranded secrets stay in the keyring (named above); their
+        // records go with the file's protection.
+        state
+            .servers
+            .retain(|s| !ids.contains(&s.id) && !gone_ids.contains(&s.id));
+        // The restore is verified (atomic_write reads it back): the backups
+        // of this file, which may hold secrets protect did not move (remote
+        // headers), are no longer needed.
+        self.state()
+            .remove_backups_of(&file.path.to_string_lossy())?;
         state.files.remove(&key);
         self.state().save(&state)?;
         report.notes.push(format!("reload: {}", file.client.reload));
@@ -795,27 +823,33 @@ impl Protector<'_> {
     fn unwrap_plan(
         &self,
         e: &EntryView,
+        id: &str,
         records: &[ProtectedServer],
         dry_run: bool,
     ) -> Result<UnwrapPlan, ClientError> {
-        let (EntryKind::Stdio { args, .. }, Some(w)) = (&e.kind, &e.wrapped) else {
-            return Err(ClientError::State("not a wrapped entry".into()));
+        let EntryKind::Stdio { command, args } = &e.kind else {
+            return Err(ClientError::State("not a stdio entry".into()));
         };
-        let id = &w.server_id;
+        // A dry run shows each restored value as changing, never the value.
         let expand = |t: &str| {
             if dry_run {
-                Ok(t.to_owned())
+                Ok(redact_placeholders(t))
             } else {
                 self.expand(id, t)
             }
         };
+        let first_original = e.wrapped.as_ref().map_or(0, |w| w.inner + 1);
         let mut plan = UnwrapPlan {
-            command: args[w.inner].clone(),
+            command: e
+                .wrapped
+                .as_ref()
+                .map_or(command, |w| &args[w.inner])
+                .clone(),
             args: vec![],
             env: vec![],
             remove_env_vars: vec![],
         };
-        for (i, a) in args.iter().enumerate().skip(w.inner + 1) {
+        for (i, a) in args.iter().enumerate().skip(first_original) {
             if !find_placeholders(a).is_empty() {
                 plan.args.push((i, expand(a)?));
             }
@@ -828,9 +862,128 @@ impl Protector<'_> {
                 plan.env.push((name.clone(), expand(v)?));
             }
         }
-        if let Some(rec) = records.iter().find(|r| &r.id == id) {
+        if let Some(rec) = records.iter().find(|r| r.id == id) {
             plan.remove_env_vars = rec.added_env_vars.clone();
         }
         Ok(plan)
     }
+}
+
+/// What unprotect finds in a file, against the state's records.
+struct Restorable<'v, 's> {
+    /// Entries to restore, with the server id whose secrets go back in.
+    targets: Vec<(&'v EntryView, String)>,
+    /// Of those, entries whose wrapping someone removed by hand (they
+    /// still hold Gatehouse's `{{vault:NAME}}` placeholders).
+    hand_unwrapped: Vec<(&'v EntryView, String)>,
+    /// Wrap entries Gatehouse did not write in this file.
+    foreign: Vec<&'v EntryView>,
+    /// Records of this file whose entry is gone.
+    gone: Vec<&'s ProtectedServer>,
+}
+
+impl<'v, 's> Restorable<'v, 's> {
+    fn find(
+        file: &ConfigFile,
+        views: &'v [EntryView],
+        records: &'s [ProtectedServer],
+    ) -> Restorable<'v, 's> {
+        // Only entries Gatehouse wrapped in this very file are unwrapped: a
+        // wrap entry someone else wrote (a cloned repository claiming a
+        // protected server's id) must never get that server's secrets
+        // spliced into it.
+        let path = file.path.to_string_lossy();
+        let here: Vec<&ProtectedServer> =
+            records.iter().filter(|r| r.config_path == path).collect();
+        let mut found = Restorable {
+            targets: vec![],
+            hand_unwrapped: vec![],
+            foreign: vec![],
+            gone: vec![],
+        };
+        for v in views {
+            if let Some(w) = &v.wrapped {
+                if here.iter().any(|r| r.id == w.server_id) {
+                    found.targets.push((v, w.server_id.clone()));
+                } else {
+                    found.foreign.push(v);
+                }
+            }
+        }
+        for r in &here {
+            if found.targets.iter().any(|(_, id)| *id == r.id) {
+                continue;
+            }
+            let by_hand = views.iter().find(|v| {
+                v.wrapped.is_none()
+                    && v.name == r.entry_name
+                    && v.scope_label(file.project.is_some()) == r.scope
+                    && holds_placeholders_of(v, r)
+            });
+            match by_hand {
+                Some(v) => {
+                    found.targets.push((v, r.id.clone()));
+                    found.hand_unwrapped.push((v, r.id.clone()));
+                }
+                None => found.gone.push(r),
+            }
+        }
+        found
+    }
+}
+
+/// Whether an unwrapped entry still holds a `{{vault:NAME}}` placeholder
+/// for one of the secrets Gatehouse moved for `record`.
+fn holds_placeholders_of(v: &EntryView, record: &ProtectedServer) -> bool {
+    let EntryKind::Stdio { args, .. } = &v.kind else {
+        return false;
+    };
+    let env = v.env.iter().filter_map(|(_, value)| value.as_deref());
+    args.iter().map(String::as_str).chain(env).any(|t| {
+        find_placeholders(t)
+            .iter()
+            .any(|(_, name)| record.secret_names.iter().any(|n| n == name))
+    })
+}
+
+/// Says which secrets of a server whose entry is gone stay in the keyring.
+fn stranded_note(record: &ProtectedServer) -> Option<String> {
+    if record.secret_names.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "entry {:?} (server {}) is no longer in this file; its secrets {} stay in the keyring \
+         (`gatehouse vault list {}` names them, `gatehouse vault rm {} NAME` removes one)",
+        record.entry_name,
+        record.id,
+        record.secret_names.join(", "),
+        record.id,
+        record.id
+    ))
+}
+
+/// `{{vault:NAME}}` placeholders replaced by `<redacted>`.
+fn redact_placeholders(template: &str) -> String {
+    let mut out = String::new();
+    let mut last = 0;
+    for (range, _) in find_placeholders(template) {
+        out.push_str(&template[last..range.start]);
+        out.push_str("<redacted>");
+        last = range.end;
+    }
+    out.push_str(&template[last..]);
+    out
+}
+
+/// A warning when the config was read-only: Gatehouse replaces it anyway
+/// (a rename needs only the directory to be writable) and keeps its mode.
+fn read_only_note(path: &Path) -> Option<String> {
+    let meta = std::fs::metadata(crate::fsutil::resolve_target(path)).ok()?;
+    meta.permissions().readonly().then(|| {
+        format!(
+            "{} was read-only; Gatehouse rewrote it anyway and kept it read-only \
+             (if you made it read-only to keep it from changing, check it)",
+            path.display()
+        )
+    })
 }

@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
+use fs4::fs_std::FileExt;
 use serde::{Deserialize, Serialize};
 
 use crate::fsutil::write_private;
@@ -126,6 +128,20 @@ impl Backup {
     }
 }
 
+/// Held while a protect, unprotect or repair reads a config and changes it,
+/// its backups and the state (CLI runs, the watcher, the API alike), so
+/// runs take turns: a second run sees what the first wrote. An exclusive
+/// lock on `clients/.lock`, released on drop (and by the OS when the
+/// process dies).
+#[derive(Debug)]
+pub struct StateLock {
+    _file: std::fs::File,
+}
+
+/// How long a run waits for another to finish before refusing.
+const LOCK_WAIT: Duration = Duration::from_secs(120);
+const LOCK_POLL: Duration = Duration::from_millis(20);
+
 /// Paths under `$GATEHOUSE_HOME`.
 #[derive(Debug, Clone)]
 pub struct StateDir {
@@ -136,6 +152,35 @@ pub struct StateDir {
 impl StateDir {
     fn state_path(&self) -> PathBuf {
         self.home.join("clients").join("state.json")
+    }
+
+    /// Takes the [`StateLock`], waiting up to two minutes for another run.
+    /// Not reentrant: one holder per process at a time.
+    pub fn lock(&self) -> Result<StateLock, ClientError> {
+        let path = self.home.join("clients").join(".lock");
+        let io = |source| ClientError::Io {
+            path: path.clone(),
+            source,
+        };
+        crate::fsutil::create_private_dir(&self.home.join("clients"))?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        let deadline = Instant::now() + LOCK_WAIT;
+        while !file.try_lock_exclusive().map_err(io)? {
+            if Instant::now() >= deadline {
+                return Err(ClientError::Refused(format!(
+                    "another Gatehouse protect/unprotect still holds {} after {}s; run again when it is done",
+                    path.display(),
+                    LOCK_WAIT.as_secs()
+                )));
+            }
+            std::thread::sleep(LOCK_POLL);
+        }
+        Ok(StateLock { _file: file })
     }
 
     /// Reads the state (empty when absent).
@@ -161,6 +206,7 @@ impl StateDir {
 
     /// Turns auto-protect on or off for `clients` (read, change, write).
     pub fn set_auto_protect(&self, clients: &[&str], on: bool) -> Result<(), ClientError> {
+        let _lock = self.lock()?;
         let mut state = self.load()?;
         let before = state.auto_protect.clone();
         for c in clients {
@@ -184,11 +230,41 @@ impl StateDir {
             .get(..12)
             .unwrap_or("x")
             .to_owned();
-        let rel = format!("backups/{stamp}-{}-{short}.json", backup.client);
+        // Never over another run's backup (same second, same original).
+        let rel = (1..)
+            .map(|n| match n {
+                1 => format!("backups/{stamp}-{}-{short}.json", backup.client),
+                n => format!("backups/{stamp}-{}-{short}-{n}.json", backup.client),
+            })
+            .find(|rel| !self.home.join(rel).exists())
+            .unwrap_or_default();
         let text =
             serde_json::to_string_pretty(backup).map_err(|e| ClientError::State(e.to_string()))?;
         write_private(&self.home.join(&rel), &text)?;
         Ok(rel)
+    }
+
+    /// Removes a backup by relative path (gone already is fine).
+    pub fn remove_backup(&self, rel: &str) -> Result<(), ClientError> {
+        let path = self.home.join(rel);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(ClientError::Io { path, source: e })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes every backup of the config at `path` (as found).
+    pub fn remove_backups_of(&self, path: &str) -> Result<(), ClientError> {
+        let dir = self.home.join("backups");
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let rel = format!("backups/{}", e.file_name().to_string_lossy());
+            if self.read_backup(&rel).is_ok_and(|b| b.path == path) {
+                self.remove_backup(&rel)?;
+            }
+        }
+        Ok(())
     }
 
     /// Reads a backup by relative path.

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use notify::{RecursiveMode, Watcher};
 
 use crate::discover::ConfigFile;
-use crate::doc::ConfigDoc;
 use crate::fsutil::{resolve_target, sha256};
 use crate::protect::{Options, Protector};
 use crate::ClientError;
@@ -283,7 +282,7 @@ pub fn review_change(
         path: file.path.clone(),
         source,
     })?;
-    let doc = match ConfigDoc::parse(file.client.format, &text) {
+    let doc = match file.parse(&text) {
         Ok(d) => d,
         Err(e) => {
             return Ok(vec![Finding::Unparseable {

@@ -836,3 +836,388 @@ fn a_foreign_wrap_entry_claiming_a_protected_id_is_never_unwrapped() {
         "the victim's secret stays in the vault"
     );
 }
+
+fn client_file(fx: &Fixture, key: &str) -> ConfigFile {
+    fx.files()
+        .into_iter()
+        .find(|f| f.client.key == key && f.project.is_none())
+        .unwrap()
+}
+
+/// Protect refuses `text` with a parse error at `at` naming `needle`, and
+/// writes nothing.
+fn check_refused(key: &str, text: &str, at: (usize, usize), needle: &str) {
+    let fx = Fixture::new("linux-all");
+    let file = client_file(&fx, key);
+    std::fs::write(&file.path, text).unwrap();
+    let err = fx
+        .protector()
+        .protect_file(&file, &Options::default())
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, ClientError::Parse { line, col, .. } if (line, col) == at),
+        "expected a refusal at {at:?}: {msg}"
+    );
+    assert!(msg.contains(needle), "the message names {needle}: {msg}");
+    assert_eq!(read(&file.path), text, "nothing is written");
+    assert!(fx.vault.is_empty(), "no secret is moved");
+    assert!(!fx.root.join("gh/backups").exists(), "no backup is written");
+}
+
+#[test]
+fn duplicate_keys_where_gatehouse_edits_are_refused() {
+    check_refused(
+        "cursor",
+        "{\"mcpServers\": {\"a\": {\"command\": \"npx\", \"args\": [\"one\"]},\n \"a\": {\"command\": \"node\", \"args\": [\"two\"], \"env\": {\"GITHUB_TOKEN\": \"ghp_CANARY0123456789abcdefghijKLMNOP\"}}}}\n",
+        (2, 2),
+        "duplicate key \"a\" in mcpServers (also at 1:17)",
+    );
+    check_refused(
+        "cursor",
+        "{\"mcpServers\": {\"a\": {\"command\": \"npx\",\n  \"args\": [\"one\"], \"args\": [\"two\"]}}}\n",
+        (2, 20),
+        "duplicate key \"args\" in entry \"a\"",
+    );
+    check_refused(
+        "cursor",
+        "{\"mcpServers\": {\"a\": {\"command\": \"npx\", \"env\": {\"T\": \"1\", \"T\": \"2\"}}}}",
+        (1, 59),
+        "duplicate key \"T\" in entry \"a\"",
+    );
+    check_refused(
+        "cursor",
+        "{\"mcpServers\": {},\n\"mcpServers\": {\"a\": {\"command\": \"npx\"}}}",
+        (2, 1),
+        "duplicate key \"mcpServers\" in the top level",
+    );
+    // TOML forbids duplicate keys and tables; its parser refuses them.
+    check_refused(
+        "codex",
+        "[mcp_servers.a]\ncommand = \"npx\"\n\n[mcp_servers.a]\ncommand = \"node\"\n",
+        (4, 1),
+        "duplicate key",
+    );
+    check_refused(
+        "codex",
+        "[mcp_servers.a]\ncommand = \"npx\"\ncommand = \"node\"\n",
+        (3, 1),
+        "duplicate key",
+    );
+    // Duplicates elsewhere (not read by Gatehouse) are the client's business.
+    let fx = Fixture::new("linux-all");
+    let file = client_file(&fx, "cursor");
+    std::fs::write(
+        &file.path,
+        "{\"theme\": 1, \"theme\": 2, \"mcpServers\": {\"a\": {\"command\": \"npx\"}}}",
+    )
+    .unwrap();
+    fx.protector()
+        .protect_file(&file, &Options::default())
+        .unwrap();
+}
+
+#[test]
+fn malformed_entries_are_skipped_with_the_reason_and_the_rest_protected() {
+    let fx = Fixture::new("linux-all");
+    let p = fx.protector();
+    let cursor = client_file(&fx, "cursor");
+    let text = "{\"mcpServers\": {\n  \"a\": {\"command\": \"npx\", \"args\": \"notarray\"},\n  \
+                \"b\": {\"command\": \"npx\", \"args\": [\"x\", 1]},\n  \
+                \"c\": {\"command\": 7},\n  \
+                \"d\": {\"command\": \"npx\", \"env\": [\"T=1\"]},\n  \
+                \"e\": {\"command\": \"npx\", \"env\": {\"PORT\": 8080}},\n  \
+                \"ok\": {\"command\": \"npx\", \"args\": [\"server\"]}\n}}\n";
+    std::fs::write(&cursor.path, text).unwrap();
+    let report = p.protect_file(&cursor, &Options::default()).unwrap();
+    assert_eq!(
+        report.entries,
+        ["ok"],
+        "only the well-formed entry is wrapped"
+    );
+    let skipped: Vec<String> = report
+        .skipped
+        .iter()
+        .map(|(n, why)| format!("{n}: {why}"))
+        .collect();
+    for expected in [
+        "a: \"args\" is not an array of strings",
+        "b: \"args\" is not an array of strings",
+        "c: \"command\" is not a string",
+        "d: \"env\" is not an object of strings",
+        "e: \"env\" is not an object of strings",
+    ] {
+        assert!(
+            skipped.iter().any(|s| s.starts_with(expected)),
+            "{expected:?} is reported: {skipped:#?}"
+        );
+    }
+    let written = read(&cursor.path);
+    assert_eq!(
+        written.matches("\"args\"").count(),
+        3,
+        "no second args key: {written}"
+    );
+    p.unprotect_file(&cursor, &Options::default()).unwrap();
+    assert_eq!(read(&cursor.path), text, "restored byte for byte");
+
+    let codex = client_file(&fx, "codex");
+    let text = "[mcp_servers.a]\ncommand = \"npx\"\nargs = \"notarray\"\n\n[mcp_servers.ok]\ncommand = \"npx\"\n";
+    std::fs::write(&codex.path, text).unwrap();
+    let report = p.protect_file(&codex, &Options::default()).unwrap();
+    assert_eq!(report.entries, ["ok"]);
+    assert!(
+        report.skipped[0]
+            .1
+            .contains("`args` is not an array of strings"),
+        "{report:?}"
+    );
+    p.unprotect_file(&codex, &Options::default()).unwrap();
+    assert_eq!(read(&codex.path), text, "restored byte for byte");
+}
+
+const HAND_EDITED: &str = "{\"mcpServers\": {\n  \
+    \"gh\": {\"command\": \"npx\", \"args\": [\"server-github\"], \"env\": {\"GITHUB_TOKEN\": \"ghp_CANARY0123456789abcdefghijKLMNOP\"}},\n  \
+    \"pg\": {\"command\": \"npx\", \"args\": [\"server-postgres\", \"postgresql://bob:pg-Canary-Pass-77@db/app\"]},\n  \
+    \"keep\": {\"command\": \"npx\", \"args\": [\"other\"], \"env\": {\"API_KEY\": \"sk-CanaryProject0123456789abcdef\"}}\n}}\n";
+
+fn wrapped_id(v: &serde_json::Value, name: &str) -> String {
+    let entry = &v["mcpServers"][name];
+    let args: Vec<String> = serde_json::from_value(entry["args"].clone()).unwrap();
+    parse_wrap(entry["command"].as_str().unwrap(), &args)
+        .expect("wrapped")
+        .server_id
+}
+
+#[test]
+fn unprotect_after_hand_edits_restores_placeholders_and_names_stranded_secrets() {
+    let fx = Fixture::new("linux-all");
+    let p = fx.protector();
+    let cursor = client_file(&fx, "cursor");
+    std::fs::write(&cursor.path, HAND_EDITED).unwrap();
+    p.protect_file(&cursor, &Options::default()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&read(&cursor.path)).unwrap();
+    let (gh, pg) = (wrapped_id(&v, "gh"), wrapped_id(&v, "pg"));
+    // By hand: delete one entry, strip the wrap prefix from another.
+    let servers = v["mcpServers"].as_object_mut().unwrap();
+    servers.remove("gh");
+    let args: Vec<String> = serde_json::from_value(servers["pg"]["args"].clone()).unwrap();
+    let inner = args.iter().position(|a| a == "--").unwrap() + 1;
+    servers["pg"]["command"] = args[inner].clone().into();
+    servers["pg"]["args"] = args[inner + 1..].to_vec().into();
+    std::fs::write(&cursor.path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    assert!(
+        read(&cursor.path).contains("{{vault:"),
+        "pg holds a placeholder"
+    );
+
+    let report = p.unprotect_file(&cursor, &Options::default()).unwrap();
+    let after = read(&cursor.path);
+    assert!(
+        after.contains("postgresql://bob:pg-Canary-Pass-77@db/app"),
+        "the hand-unwrapped entry gets its secret back: {after}"
+    );
+    assert!(
+        !after.contains("{{vault:"),
+        "no placeholder is left: {after}"
+    );
+    assert!(!after.contains("gatehouse"), "no wrapper is left: {after}");
+    let notes = report.notes.join("\n");
+    assert!(
+        notes.contains(&gh)
+            && notes.contains("GITHUB_TOKEN")
+            && notes.contains("stay in the keyring"),
+        "the stranded secret is named with its server: {notes}"
+    );
+    assert!(
+        notes.contains(&format!("gatehouse vault rm {gh}")),
+        "and how to remove it: {notes}"
+    );
+    assert!(
+        fx.vault.get(&gh, "GITHUB_TOKEN").unwrap().is_some(),
+        "the stranded secret stays in the keyring"
+    );
+    assert!(
+        fx.vault.list(&pg).unwrap().is_empty(),
+        "restored secrets leave the keyring"
+    );
+    let state = StateDir {
+        home: fx.root.join("gh"),
+    }
+    .load()
+    .unwrap();
+    assert!(
+        state.servers.is_empty(),
+        "no record is left: {:?}",
+        state.servers
+    );
+}
+
+#[test]
+fn secrets_in_remote_headers_are_listed_redacted_and_leave_no_backup() {
+    let fx = Fixture::new("linux-all");
+    let p = fx.protector();
+    let cursor = client_file(&fx, "cursor");
+    let token = "sk-HeaderCanary0123456789abcdefXYZ";
+    let text = format!(
+        "{{\"mcpServers\": {{\n  \"remote\": {{\"url\": \"https://mcp.example.com\",\n    \
+         \"headers\": {{\"Authorization\": \"Bearer {token}\"}}}},\n  \
+         \"gh\": {{\"command\": \"npx\", \"args\": [\"server-github\"], \
+         \"env\": {{\"GITHUB_TOKEN\": \"ghp_CANARY0123456789abcdefghijKLMNOP\"}}}}\n}}}}\n"
+    );
+    std::fs::write(&cursor.path, &text).unwrap();
+    let found = detect(&fx.dirs, &[]);
+    let remote = found
+        .iter()
+        .flat_map(|c| c.files.iter().flat_map(|f| &f.servers))
+        .find(|s| s.name == "remote")
+        .unwrap();
+    assert_eq!(remote.secrets, ["Authorization (header)"], "listed by name");
+    assert!(remote.blocker.is_some(), "and not moved");
+    let dry = Options {
+        dry_run: true,
+        ..Options::default()
+    };
+    let diff = p.protect_file(&cursor, &dry).unwrap().diff.unwrap();
+    assert!(
+        !diff.contains(token),
+        "no diff line shows the header secret:\n{diff}"
+    );
+    assert!(diff.contains("Bearer <redacted>"), "{diff}");
+    p.protect_file(&cursor, &Options::default()).unwrap();
+    assert!(
+        fx.everything_in_gatehouse_home().contains(token),
+        "the backup holds the header secret protect did not move"
+    );
+    let diff = p.unprotect_file(&cursor, &dry).unwrap().diff.unwrap();
+    assert!(
+        !diff.contains(token),
+        "nor any unprotect diff line:\n{diff}"
+    );
+    p.unprotect_file(&cursor, &Options::default()).unwrap();
+    assert_eq!(read(&cursor.path), text, "restored byte for byte");
+    assert!(
+        !fx.everything_in_gatehouse_home().contains(token),
+        "the verified restore removes the backup that held it"
+    );
+}
+
+#[test]
+fn unprotect_dry_run_shows_restored_values_as_changing_and_redacted() {
+    let fx = Fixture::new("linux-all");
+    let p = fx.protector();
+    let cursor = client_file(&fx, "cursor");
+    std::fs::write(&cursor.path, HAND_EDITED).unwrap();
+    p.protect_file(&cursor, &Options::default()).unwrap();
+    let before = read(&cursor.path);
+    let diff = p
+        .unprotect_file(
+            &cursor,
+            &Options {
+                dry_run: true,
+                ..Options::default()
+            },
+        )
+        .unwrap()
+        .diff
+        .unwrap();
+    assert_eq!(read(&cursor.path), before, "a dry run writes nothing");
+    for canary in CANARIES {
+        assert!(!diff.contains(canary), "diff leaks {canary}:\n{diff}");
+    }
+    let changed = |l: &&str| l.starts_with('+') && !l.starts_with("+++");
+    let added: Vec<&str> = diff.lines().filter(changed).collect();
+    assert!(
+        added
+            .iter()
+            .any(|l| l.contains("\"GITHUB_TOKEN\": \"<redacted>\"")),
+        "the env value is shown changing, redacted:\n{diff}"
+    );
+    assert!(
+        added
+            .iter()
+            .any(|l| l.contains("postgresql://bob:<redacted>@db/app")),
+        "so is the arg:\n{diff}"
+    );
+    assert!(
+        !diff
+            .lines()
+            .any(|l| l.starts_with(' ') && l.contains("{{vault:")),
+        "no placeholder line is shown unchanged:\n{diff}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_read_only_config_keeps_its_mode_and_is_reported() {
+    use std::os::unix::fs::PermissionsExt;
+    let fx = Fixture::new("linux-all");
+    let p = fx.protector();
+    let cursor = client_file(&fx, "cursor");
+    let ro = std::fs::Permissions::from_mode(0o444);
+    std::fs::set_permissions(&cursor.path, ro).unwrap();
+    for report in [
+        p.protect_file(&cursor, &Options::default()).unwrap(),
+        p.unprotect_file(&cursor, &Options::default()).unwrap(),
+    ] {
+        assert!(
+            report.notes.iter().any(|n| n.contains("was read-only")),
+            "the person is told: {:?}",
+            report.notes
+        );
+        let mode = std::fs::metadata(&cursor.path)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o444, "the mode is kept");
+    }
+}
+
+#[test]
+fn escaped_commands_come_back_as_written() {
+    let fx = Fixture::new("linux-all");
+    let p = fx.protector();
+    let (cursor, codex) = (client_file(&fx, "cursor"), client_file(&fx, "codex"));
+    let json = "{\"mcpServers\": {\"a\": {\"command\": \"\\u006epx\", \"args\": [\"-y\", \"\\u0073erver\"]},\n  \
+                \"s\": {\"command\": \"\\u006epx\", \"args\": [\"--api-key\", \"sk-QAcanary\\u0041bcdefghijklmnopqrstuv\"]}}}\n";
+    let toml = "[mcp_servers.a]\ncommand = \"\\u006epx\"\nargs = ['-y', \"\\u0073erver\"]\n";
+    std::fs::write(&cursor.path, json).unwrap();
+    std::fs::write(&codex.path, toml).unwrap();
+    for f in [&cursor, &codex] {
+        p.protect_file(f, &Options::default()).unwrap();
+    }
+    let wrapped = read(&cursor.path);
+    assert!(
+        !wrapped.contains("sk-QAcanary"),
+        "the secret is moved: {wrapped}"
+    );
+    let report = p.unprotect_file(&cursor, &Options::default()).unwrap();
+    p.unprotect_file(&codex, &Options::default()).unwrap();
+    assert_eq!(read(&codex.path), toml, "TOML: byte for byte");
+    let restored = read(&cursor.path);
+    assert_eq!(
+        restored,
+        json.replace("\\u0041", "A"),
+        "JSON: the command and plain args as written; the secret's string the same value"
+    );
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("not restored byte for byte")),
+        "and the person is told: {:?}",
+        report.notes
+    );
+    // Edited after protect (restored in place): the command literal survives too.
+    std::fs::write(&cursor.path, json.replace(",\n  \"s\"", ", \"s\"")).unwrap();
+    p.protect_file(&cursor, &Options::default()).unwrap();
+    let edited = read(&cursor.path).replace("{\"mcpServers\"", "{\"x\": 1, \"mcpServers\"");
+    std::fs::write(&cursor.path, edited).unwrap();
+    p.unprotect_file(&cursor, &Options::default()).unwrap();
+    assert!(
+        read(&cursor.path)
+            .contains("{\"command\": \"\\u006epx\", \"args\": [\"-y\", \"\\u0073erver\"]}"),
+        "{}",
+        read(&cursor.path)
+    );
+}

@@ -142,10 +142,13 @@ pub fn run_clients(args: ClientsArgs) -> anyhow::Result<ExitCode> {
                     (None, Some(b)) => format!("not protectable: {b}"),
                     (None, None) => "NOT protected".into(),
                 };
-                let secrets = if s.secrets.is_empty() {
-                    String::new()
-                } else {
-                    format!("  plain-text secrets: {}", s.secrets.join(", "))
+                let secrets = match (s.secrets.is_empty(), &s.blocker) {
+                    (true, _) => String::new(),
+                    (false, None) => format!("  plain-text secrets: {}", s.secrets.join(", ")),
+                    (false, Some(_)) => format!(
+                        "  plain-text secrets: {} (not moved: protect leaves this entry as it is)",
+                        s.secrets.join(", ")
+                    ),
                 };
                 let env_file = if s.env_file {
                     "  (envFile not inspected)"
@@ -192,7 +195,7 @@ fn stamp() -> String {
 }
 
 fn print_report(r: &FileReport, verb: &str) {
-    if !r.changed && r.entries.is_empty() && r.skipped.is_empty() {
+    if !r.changed && r.entries.is_empty() && r.skipped.is_empty() && r.notes.is_empty() {
         outln!("  {}: nothing to do", r.path.display());
         return;
     }
