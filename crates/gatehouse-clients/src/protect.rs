@@ -735,7 +735,17 @@ impl Protector<'_> {
                 e.name
             ));
         }
-        if found.targets.is_empty() && found.gone.is_empty() {
+        for (e, r) in &found.changed_by_hand {
+            report.notes.push(format!(
+                "{}: its gatehouse wrapping was removed by hand and its command changed; the secrets \
+                 Gatehouse moved ({}) are not put into a different program and stay in the keyring \
+                 (`gatehouse vault list {}` names them)",
+                e.name,
+                r.secret_names.join(", "),
+                r.id
+            ));
+        }
+        if found.targets.is_empty() && found.gone.is_empty() && found.changed_by_hand.is_empty() {
             return Ok(report);
         }
         let ids: Vec<String> = found.targets.iter().map(|(_, id)| id.clone()).collect();
@@ -772,7 +782,12 @@ impl Protector<'_> {
         report
             .notes
             .extend(found.gone.iter().filter_map(|r| stranded_note(r)));
-        let gone_ids: Vec<String> = found.gone.iter().map(|r| r.id.clone()).collect();
+        let gone_ids: Vec<String> = found
+            .gone
+            .iter()
+            .chain(found.changed_by_hand.iter().map(|(_, r)| r))
+            .map(|r| r.id.clone())
+            .collect();
         if opts.dry_run {
             let secrets: Vec<String> = views.iter().flat_map(EntryView::secret_values).collect();
             report.diff = Some(redacted_diff(&file.path, &current, &new_text, &secrets));
@@ -880,6 +895,9 @@ struct Restorable<'v, 's> {
     foreign: Vec<&'v EntryView>,
     /// Records of this file whose entry is gone.
     gone: Vec<&'s ProtectedServer>,
+    /// Entries unwrapped by hand whose command changed since: the secrets
+    /// were moved for another program, so they are not put back.
+    changed_by_hand: Vec<(&'v EntryView, &'s ProtectedServer)>,
 }
 
 impl<'v, 's> Restorable<'v, 's> {
@@ -900,6 +918,7 @@ impl<'v, 's> Restorable<'v, 's> {
             hand_unwrapped: vec![],
             foreign: vec![],
             gone: vec![],
+            changed_by_hand: vec![],
         };
         for v in views {
             if let Some(w) = &v.wrapped {
@@ -921,15 +940,25 @@ impl<'v, 's> Restorable<'v, 's> {
                     && holds_placeholders_of(v, r)
             });
             match by_hand {
-                Some(v) => {
+                Some(v) if runs_as_recorded(v, r) => {
                     found.targets.push((v, r.id.clone()));
                     found.hand_unwrapped.push((v, r.id.clone()));
                 }
+                Some(v) => found.changed_by_hand.push((v, r)),
                 None => found.gone.push(r),
             }
         }
         found
     }
+}
+
+/// Whether an entry runs the command and arguments Gatehouse wrapped for
+/// `record` (placeholders included): its secrets were moved for that program.
+fn runs_as_recorded(v: &EntryView, record: &ProtectedServer) -> bool {
+    let EntryKind::Stdio { command, args } = &v.kind else {
+        return false;
+    };
+    record.argv.split_first() == Some((command, args.as_slice()))
 }
 
 /// Whether an unwrapped entry still holds a `{{vault:NAME}}` placeholder

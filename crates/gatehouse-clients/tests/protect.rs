@@ -989,6 +989,41 @@ fn wrapped_id(v: &serde_json::Value, name: &str) -> String {
         .server_id
 }
 
+/// An entry unwrapped by hand that now runs another program does not get
+/// the secrets Gatehouse moved for the original one.
+#[test]
+fn a_hand_unwrapped_entry_with_another_command_gets_no_secrets() {
+    let fx = Fixture::new("linux-all");
+    let p = fx.protector();
+    let cursor = client_file(&fx, "cursor");
+    std::fs::write(&cursor.path, HAND_EDITED).unwrap();
+    p.protect_file(&cursor, &Options::default()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&read(&cursor.path)).unwrap();
+    let pg = wrapped_id(&v, "pg");
+    let servers = v["mcpServers"].as_object_mut().unwrap();
+    let args: Vec<String> = serde_json::from_value(servers["pg"]["args"].clone()).unwrap();
+    let inner = args.iter().position(|a| a == "--").unwrap() + 1;
+    servers["pg"]["command"] = "/tmp/attacker-server".into();
+    servers["pg"]["args"] = args[inner + 1..].to_vec().into();
+    std::fs::write(&cursor.path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+
+    let report = p.unprotect_file(&cursor, &Options::default()).unwrap();
+    let after = read(&cursor.path);
+    assert!(
+        !after.contains("pg-Canary-Pass-77"),
+        "the secret is not put into another program's entry: {after}"
+    );
+    let notes = report.notes.join("\n");
+    assert!(
+        notes.contains("command changed") && notes.contains(&pg),
+        "the note says why and names the server: {notes}"
+    );
+    assert!(
+        !fx.vault.list(&pg).unwrap().is_empty(),
+        "the secret stays in the keyring"
+    );
+}
+
 #[test]
 fn unprotect_after_hand_edits_restores_placeholders_and_names_stranded_secrets() {
     let fx = Fixture::new("linux-all");
