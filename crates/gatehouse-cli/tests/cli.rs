@@ -405,3 +405,22 @@ fn clients_exits_2_when_a_config_does_not_parse() {
         .stdout_has(cursor.to_str().unwrap());
     sb.run(&["clients", "--json"]).code(2).json_lines();
 }
+
+#[test]
+fn protecting_a_client_without_a_config_says_where_it_looked() {
+    let sb = Sandbox::new();
+    let cursor = sb.user_home().join(".cursor/mcp.json");
+    sb.run(&["protect", "cursor"])
+        .code(0)
+        .stdout_has("Cursor (cursor): no config file found (looked for ")
+        .stdout_has(&cursor.display().to_string());
+    // A link to a file that is not there is named as such.
+    std::fs::create_dir_all(cursor.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(sb.user_home().join("gone.json"), &cursor).unwrap();
+    sb.run(&["unprotect", "cursor"])
+        .code(0)
+        .stdout_has("(a link to nothing)");
+    sb.run(&["protect", "--all"])
+        .code(0)
+        .stdout_has("No AI client config file found; nothing to do");
+}

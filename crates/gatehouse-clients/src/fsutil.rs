@@ -35,22 +35,24 @@ pub fn atomic_write(path: &Path, expected: &str, new: &str) -> Result<(), Client
         ClientError::Refused(format!("{}: no parent directory", target.display()))
     })?;
     let meta = std::fs::metadata(&target).map_err(io_err(&target))?;
+    // Until the rename, the file itself is untouched: a failure says so.
+    let write_err = |source| ClientError::Write {
+        path: target.clone(),
+        source,
+    };
     let mut tmp = tempfile::Builder::new()
         .prefix(".gatehouse-")
         .suffix(".tmp")
         .tempfile_in(dir)
-        .map_err(io_err(&target))?;
-    tmp.write_all(new.as_bytes()).map_err(io_err(&target))?;
-    tmp.as_file().sync_all().map_err(io_err(&target))?;
-    std::fs::set_permissions(tmp.path(), meta.permissions()).map_err(io_err(&target))?;
+        .map_err(write_err)?;
+    tmp.write_all(new.as_bytes()).map_err(write_err)?;
+    tmp.as_file().sync_all().map_err(write_err)?;
+    std::fs::set_permissions(tmp.path(), meta.permissions()).map_err(write_err)?;
     let current = std::fs::read_to_string(&target).map_err(io_err(&target))?;
     if current != expected {
         return Err(ClientError::Concurrent { path: target });
     }
-    tmp.persist(&target).map_err(|e| ClientError::Io {
-        path: target.clone(),
-        source: e.error,
-    })?;
+    tmp.persist(&target).map_err(|e| write_err(e.error))?;
     let written = std::fs::read_to_string(&target).map_err(io_err(&target))?;
     if written != new {
         return Err(ClientError::Verify { path: target });

@@ -47,14 +47,20 @@ pub enum ClientError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// Writing the new content failed before it replaced the file.
+    #[error("could not write {}: {source}; the file was left as it was", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// The file changed between reading and writing.
     #[error("{} changed while Gatehouse was rewriting it; nothing was written, run again", path.display())]
     Concurrent { path: PathBuf },
     /// The written file does not read back as written.
     #[error("{}: the written content did not verify", path.display())]
     Verify { path: PathBuf },
-    /// The vault failed; nothing was written.
-    #[error("secrets could not be stored, nothing was written: {0}")]
+    /// The vault (OS keyring) failed; nothing was written.
+    #[error("the OS keyring failed, nothing was written: {0}")]
     Vault(#[from] gatehouse_vault::VaultError),
     /// Gatehouse declined (client running, git-tracked file without --yes, …).
     #[error("{0}")]

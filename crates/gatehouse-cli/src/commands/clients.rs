@@ -249,8 +249,27 @@ fn set_auto_protect(home: &Path, clients: &[&'static ClientSpec], on: bool) -> a
     Ok(())
 }
 
+/// A client's user config paths, a dangling link said as such.
+fn looked_for(client: &ClientSpec, dirs: &HomeDirs) -> String {
+    (client.user_files)(dirs)
+        .iter()
+        .map(|p| {
+            let dangling = p.symlink_metadata().is_ok() && p.metadata().is_err();
+            if dangling {
+                format!("{} (a link to nothing)", p.display())
+            } else {
+                p.display().to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `named`: the clients were named on the command line (not `--all`), so
+/// one without a config file is said, not skipped.
 fn run_files(
     clients: &[&'static ClientSpec],
+    named: bool,
     projects: &[PathBuf],
     home: Option<&Path>,
     opts: &Options,
@@ -308,11 +327,21 @@ fn run_files(
     let dirs = HomeDirs::from_env();
     let projects = all_projects(&dirs, projects);
     let mut failed = false;
+    let mut found_any = false;
     for client in clients {
         let files = config_files(client, &dirs, &projects);
         if files.is_empty() {
+            if named {
+                outln!(
+                    "{} ({}): no config file found (looked for {})",
+                    client.name,
+                    client.key,
+                    looked_for(client, &dirs)
+                );
+            }
             continue;
         }
+        found_any = true;
         outln!("{} ({})", client.name, client.key);
         let opts = Options {
             client_cli: client
@@ -344,6 +373,9 @@ fn run_files(
                 }
             }
         }
+    }
+    if !found_any && !named {
+        outln!("No AI client config file found; nothing to do (see `gatehouse clients`).");
     }
     if !unprotect && !opts.dry_run {
         seed_allowed_commands(&gatehouse_home);
@@ -430,6 +462,7 @@ pub fn run_protect(args: ProtectArgs) -> anyhow::Result<ExitCode> {
     };
     run_files(
         &clients,
+        !args.all,
         &args.projects,
         args.home.as_deref(),
         &opts,
@@ -449,6 +482,7 @@ pub fn run_unprotect(args: UnprotectArgs) -> anyhow::Result<ExitCode> {
     };
     run_files(
         &clients,
+        !args.all,
         &args.projects,
         args.home.as_deref(),
         &opts,
