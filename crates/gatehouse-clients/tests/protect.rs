@@ -989,22 +989,34 @@ fn wrapped_id(v: &serde_json::Value, name: &str) -> String {
         .server_id
 }
 
+/// Cursor's file holding `text`, protected.
+fn protected_cursor<'f>(fx: &'f Fixture, text: &str) -> (Protector<'f>, ConfigFile) {
+    let p = fx.protector();
+    let cursor = client_file(fx, "cursor");
+    std::fs::write(&cursor.path, text).unwrap();
+    p.protect_file(&cursor, &Options::default()).unwrap();
+    (p, cursor)
+}
+
+/// Strips the `gatehouse wrap … --` prefix from entry `name` by hand, as a
+/// person editing the file would; `command` replaces the original one.
+fn unwrap_by_hand(v: &mut serde_json::Value, name: &str, command: Option<&str>) {
+    let entry = &mut v["mcpServers"][name];
+    let args: Vec<String> = serde_json::from_value(entry["args"].clone()).unwrap();
+    let inner = args.iter().position(|a| a == "--").unwrap() + 1;
+    entry["command"] = command.unwrap_or(&args[inner]).into();
+    entry["args"] = args[inner + 1..].to_vec().into();
+}
+
 /// An entry unwrapped by hand that now runs another program does not get
 /// the secrets Gatehouse moved for the original one.
 #[test]
 fn a_hand_unwrapped_entry_with_another_command_gets_no_secrets() {
     let fx = Fixture::new("linux-all");
-    let p = fx.protector();
-    let cursor = client_file(&fx, "cursor");
-    std::fs::write(&cursor.path, HAND_EDITED).unwrap();
-    p.protect_file(&cursor, &Options::default()).unwrap();
+    let (p, cursor) = protected_cursor(&fx, HAND_EDITED);
     let mut v: serde_json::Value = serde_json::from_str(&read(&cursor.path)).unwrap();
     let pg = wrapped_id(&v, "pg");
-    let servers = v["mcpServers"].as_object_mut().unwrap();
-    let args: Vec<String> = serde_json::from_value(servers["pg"]["args"].clone()).unwrap();
-    let inner = args.iter().position(|a| a == "--").unwrap() + 1;
-    servers["pg"]["command"] = "/tmp/attacker-server".into();
-    servers["pg"]["args"] = args[inner + 1..].to_vec().into();
+    unwrap_by_hand(&mut v, "pg", Some("/tmp/attacker-server"));
     std::fs::write(&cursor.path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
 
     let report = p.unprotect_file(&cursor, &Options::default()).unwrap();
@@ -1027,19 +1039,12 @@ fn a_hand_unwrapped_entry_with_another_command_gets_no_secrets() {
 #[test]
 fn unprotect_after_hand_edits_restores_placeholders_and_names_stranded_secrets() {
     let fx = Fixture::new("linux-all");
-    let p = fx.protector();
-    let cursor = client_file(&fx, "cursor");
-    std::fs::write(&cursor.path, HAND_EDITED).unwrap();
-    p.protect_file(&cursor, &Options::default()).unwrap();
+    let (p, cursor) = protected_cursor(&fx, HAND_EDITED);
     let mut v: serde_json::Value = serde_json::from_str(&read(&cursor.path)).unwrap();
     let (gh, pg) = (wrapped_id(&v, "gh"), wrapped_id(&v, "pg"));
     // By hand: delete one entry, strip the wrap prefix from another.
-    let servers = v["mcpServers"].as_object_mut().unwrap();
-    servers.remove("gh");
-    let args: Vec<String> = serde_json::from_value(servers["pg"]["args"].clone()).unwrap();
-    let inner = args.iter().position(|a| a == "--").unwrap() + 1;
-    servers["pg"]["command"] = args[inner].clone().into();
-    servers["pg"]["args"] = args[inner + 1..].to_vec().into();
+    v["mcpServers"].as_object_mut().unwrap().remove("gh");
+    unwrap_by_hand(&mut v, "pg", None);
     std::fs::write(&cursor.path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
     assert!(
         read(&cursor.path).contains("{{vault:"),
@@ -1140,10 +1145,7 @@ fn secrets_in_remote_headers_are_listed_redacted_and_leave_no_backup() {
 #[test]
 fn unprotect_dry_run_shows_restored_values_as_changing_and_redacted() {
     let fx = Fixture::new("linux-all");
-    let p = fx.protector();
-    let cursor = client_file(&fx, "cursor");
-    std::fs::write(&cursor.path, HAND_EDITED).unwrap();
-    p.protect_file(&cursor, &Options::default()).unwrap();
+    let (p, cursor) = protected_cursor(&fx, HAND_EDITED);
     let before = read(&cursor.path);
     let diff = p
         .unprotect_file(
