@@ -179,9 +179,44 @@ struct Ctx<'a> {
     path: &'a str,
     raw: &'a str,
     out: Vec<Finding>,
+    /// The credentials in `raw`, found once, on first use.
+    secrets: std::cell::OnceCell<Vec<secrets::SecretMatch>>,
+    /// Carriers in `raw` of a credential hidden or encoded in them (a base64
+    /// blob of a token): redacted from evidence, like the credentials.
+    carriers: Vec<Range<usize>>,
+    /// What evidence redacts: both of the above, merged.
+    redacted: std::cell::OnceCell<Vec<secrets::SecretMatch>>,
 }
 
 impl Ctx<'_> {
+    fn secrets(&self) -> &[secrets::SecretMatch] {
+        self.secrets.get_or_init(|| secrets::find_secrets(self.raw))
+    }
+
+    fn redacted(&self) -> &[secrets::SecretMatch] {
+        self.redacted
+            .get_or_init(|| secrets::with_carriers(self.secrets(), &self.carriers))
+    }
+
+    /// A `secret.<kind>` finding for every credential in `raw` that is not
+    /// a documentation placeholder.
+    fn push_secrets(&mut self) {
+        let leaks: Vec<(&'static str, Range<usize>)> = self
+            .secrets()
+            .iter()
+            .filter(|s| !s.placeholder)
+            .map(|s| (s.kind, s.range.clone()))
+            .collect();
+        for (kind, range) in leaks {
+            self.push(
+                format!("secret.{kind}"),
+                Family::SecretLeak,
+                Severity::Medium,
+                range,
+            );
+        }
+    }
+
     fn push(
         &mut self,
         rule_id: impl Into<String>,
@@ -189,7 +224,7 @@ impl Ctx<'_> {
         severity: Severity,
         raw_range: Range<usize>,
     ) {
-        let context = context(self.sc, self.raw, raw_range);
+        let context = context(self.sc, self.raw, raw_range, self.redacted());
         self.out.push(Finding {
             rule_id: rule_id.into(),
             family,
@@ -279,6 +314,9 @@ impl Engine {
             path,
             raw,
             out: Vec::new(),
+            secrets: std::cell::OnceCell::new(),
+            carriers: Vec::new(),
+            redacted: std::cell::OnceCell::new(),
         };
         if raw.is_empty() {
             return cx.out;
@@ -288,6 +326,14 @@ impl Engine {
             self.custom(&mut cx);
             return cx.out;
         }
+        // Layers first: a credential decoded from one is redacted from the
+        // evidence of every finding, including the raw checks'.
+        let layers = normalize::hidden_layers(raw);
+        cx.carriers = layers
+            .iter()
+            .filter(|l| !secrets::find_secrets(&l.text).is_empty())
+            .map(|l| l.raw_span.clone())
+            .collect();
         let mut mods = Modifiers::default();
         raw_checks(&mut cx, &mut mods);
 
@@ -306,7 +352,7 @@ impl Engine {
         );
 
         // Hidden and encoded layers: anything meaningful inside is raised.
-        for layer in normalize::hidden_layers(raw) {
+        for layer in layers {
             let lview = normalize::normalize(&layer.text);
             let lhits = self.hits(&lview.text);
             let span = layer.raw_span.clone();
@@ -411,16 +457,7 @@ impl Engine {
                 cx.push(*id, *family, sev, m.range());
             }
         }
-        for s in secrets::find_secrets(cx.raw) {
-            if !s.placeholder {
-                cx.push(
-                    format!("secret.{}", s.kind),
-                    Family::SecretLeak,
-                    Severity::Medium,
-                    s.range,
-                );
-            }
-        }
+        cx.push_secrets();
     }
 
     fn hits(&self, text: &str) -> Vec<Hit> {
@@ -784,7 +821,7 @@ impl Engine {
                         family: Family::ContextHarvesting,
                         severity: sev,
                         path: s.path.clone(),
-                        context: context(sc, s.text, 0..s.text.len()),
+                        context: whole_context(sc, s.text, 0..s.text.len()),
                     });
                 }
             }
@@ -796,7 +833,7 @@ impl Engine {
                     family: Family::HiddenInstructions,
                     severity: Severity::High,
                     path: strings[t].path.clone(),
-                    context: context(sc, strings[t].text, 0..strings[t].text.len().min(120)),
+                    context: whole_context(sc, strings[t].text, 0..strings[t].text.len().min(120)),
                 });
             }
         }
@@ -816,7 +853,7 @@ impl Engine {
                 },
                 severity: Severity::High,
                 path: strings[i].path.clone(),
-                context: context(sc, strings[i].text, 0..strings[i].text.len()),
+                context: whole_context(sc, strings[i].text, 0..strings[i].text.len()),
             });
         }
         report
@@ -985,17 +1022,7 @@ fn raw_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
             m.range(),
         );
     }
-    for s in secrets::find_secrets(cx.raw) {
-        if s.placeholder {
-            continue;
-        }
-        cx.push(
-            format!("secret.{}", s.kind),
-            Family::SecretLeak,
-            Severity::Medium,
-            s.range,
-        );
-    }
+    cx.push_secrets();
 }
 
 /// An all-caps role marker mid-text ("… Ltd. SYSTEM: …"): case carries the
@@ -1374,30 +1401,52 @@ fn homoglyph_check(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
     }
 }
 
-/// Evidence text: ~50 chars either side, invisibles visible, secrets redacted.
-fn context(sc: &Scanner, raw: &str, range: Range<usize>) -> String {
+/// Evidence text: ~50 chars either side, invisibles visible, credentials
+/// redacted as they were found in the whole of `raw` (`secrets`): a window
+/// that cuts one in half shows its description, never the half.
+fn context(
+    sc: &Scanner,
+    raw: &str,
+    range: Range<usize>,
+    secrets: &[secrets::SecretMatch],
+) -> String {
     let start = floor_boundary(raw, range.start);
     let end = ceil_boundary(raw, range.end.max(start));
-    let before: Vec<char> = raw[..start].chars().rev().take(CONTEXT_CHARS).collect();
-    let after: String = raw[end..].chars().take(CONTEXT_CHARS).collect();
-    let matched: String = {
-        let m = &raw[start..end];
-        if m.chars().count() > 300 {
-            let head: String = m.chars().take(150).collect();
-            let tail: Vec<char> = m.chars().rev().take(150).collect();
-            format!("{head}…{}", tail.into_iter().rev().collect::<String>())
-        } else {
-            m.to_string()
-        }
+    let from = chars_back(raw, start, CONTEXT_CHARS);
+    let to = chars_forward(raw, end, CONTEXT_CHARS);
+    // A long match shows its first and last 150 characters.
+    #[allow(clippy::single_range_in_vec_init)] // a list of ranges, here of one
+    let shown = if raw[start..end].chars().nth(300).is_some() {
+        vec![
+            from..chars_forward(raw, start, 150),
+            chars_back(raw, end, 150)..to,
+        ]
+    } else {
+        vec![from..to]
     };
-    let snippet = format!(
-        "{}{}{}",
-        before.into_iter().rev().collect::<String>(),
-        matched,
-        after
-    );
-    let redacted = secrets::redact(&sc.key, &snippet);
-    make_visible(&redacted)
+    make_visible(&secrets::redact_shown(&sc.key, raw, &shown, secrets))
+}
+
+/// [`context`] for a string not scanned through a `Ctx`.
+fn whole_context(sc: &Scanner, raw: &str, range: Range<usize>) -> String {
+    context(sc, raw, range, &secrets::find_secrets(raw))
+}
+
+/// The byte offset `n` characters before `at` (or 0).
+fn chars_back(s: &str, at: usize, n: usize) -> usize {
+    s[..at]
+        .char_indices()
+        .rev()
+        .nth(n.saturating_sub(1))
+        .map_or(0, |(i, _)| i)
+}
+
+/// The byte offset `n` characters after `at` (or the end).
+fn chars_forward(s: &str, at: usize, n: usize) -> usize {
+    s[at..]
+        .char_indices()
+        .nth(n)
+        .map_or(s.len(), |(i, _)| at + i)
 }
 
 /// Longest context a finding carries, in characters, after invisible

@@ -23,6 +23,14 @@ pub const SECRET_PATTERNS: &[SecretPattern] = &[
         regex: r"\b(AKIA|ASIA)[0-9A-Z]{16}\b",
         prefix_len: 4,
     },
+    // A secret access key has no prefix of its own: it is found by its
+    // label (`aws_secret_access_key=…`, `"SecretAccessKey": "…"`), and only
+    // the value (the `value` group) is the credential.
+    SecretPattern {
+        kind: "aws_secret_access_key",
+        regex: r#"(?i)\b(?:aws_?)?secret_?access_?key["']?\s*[:=]\s*["']?(?P<value>[A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|\z)"#,
+        prefix_len: 0,
+    },
     SecretPattern {
         kind: "github_token",
         regex: r"\bgh[pousr]_[A-Za-z0-9]{30,255}\b",
@@ -102,6 +110,12 @@ const MAX_MATCHES: usize = 32;
 impl Finder {
     fn matches(&self, text: &str) -> Vec<std::ops::Range<usize>> {
         match self {
+            Finder::Regex(re) if re.capture_names().any(|n| n == Some("value")) => re
+                .captures_iter(text)
+                .filter_map(|c| c.name("value"))
+                .take(MAX_MATCHES)
+                .map(|m| m.range())
+                .collect(),
             Finder::Regex(re) => re
                 .find_iter(text)
                 .take(MAX_MATCHES)
@@ -204,6 +218,35 @@ pub fn find_secrets(text: &str) -> Vec<SecretMatch> {
     out
 }
 
+/// `found` plus `carriers` (spans that hold a credential in encoded form,
+/// described as `encoded_secret`), overlapping spans merged into one: what
+/// [`redact_shown`] hides.
+pub fn with_carriers(
+    found: &[SecretMatch],
+    carriers: &[std::ops::Range<usize>],
+) -> Vec<SecretMatch> {
+    let mut all: Vec<SecretMatch> = found.to_vec();
+    all.extend(carriers.iter().map(|r| SecretMatch {
+        kind: "encoded_secret",
+        range: r.clone(),
+        placeholder: false,
+    }));
+    all.sort_by_key(|m| m.range.start);
+    let mut merged: Vec<SecretMatch> = Vec::with_capacity(all.len());
+    for m in all {
+        match merged.last_mut() {
+            Some(last) if m.range.start < last.range.end => {
+                if m.range.end > last.range.end {
+                    last.range.end = m.range.end;
+                    last.kind = "encoded_secret";
+                }
+            }
+            _ => merged.push(m),
+        }
+    }
+    merged
+}
+
 /// HMAC-SHA-256(key, value), first 8 bytes as hex.
 pub fn fingerprint(key: &[u8], value: &[u8]) -> String {
     const BLOCK: usize = 64;
@@ -246,22 +289,45 @@ pub fn describe(key: &[u8], kind: &str, value: &str) -> String {
 }
 
 /// Replaces every credential value in `text` with its description.
+#[cfg(test)]
 pub fn redact(key: &[u8], text: &str) -> String {
-    let found = find_secrets(text);
-    if found.is_empty() {
-        return text.to_string();
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut last = 0;
-    for m in found {
-        if m.range.start < last {
-            continue;
+    let whole = std::iter::once(0..text.len()).collect::<Vec<_>>();
+    redact_shown(key, text, &whole, &find_secrets(text))
+}
+
+/// The `shown` byte ranges of `text` (in order, joined by `…`), with every
+/// part of a credential in `found` (located in the whole of `text`) replaced
+/// by the description of the whole value, once, however the ranges cut it.
+pub fn redact_shown(
+    key: &[u8],
+    text: &str,
+    shown: &[std::ops::Range<usize>],
+    found: &[SecretMatch],
+) -> String {
+    let mut out = String::new();
+    let mut described = None;
+    for (n, range) in shown.iter().enumerate() {
+        if n > 0 {
+            out.push('…');
         }
-        out.push_str(&text[last..m.range.start]);
-        out.push_str(&describe(key, m.kind, &text[m.range.clone()]));
-        last = m.range.end;
+        let mut at = range.start;
+        while at < range.end {
+            let next = found
+                .iter()
+                .enumerate()
+                .find(|(_, m)| m.range.end > at && m.range.start < range.end);
+            let Some((i, m)) = next else {
+                out.push_str(&text[at..range.end]);
+                break;
+            };
+            out.push_str(&text[at..m.range.start.max(at)]);
+            if described != Some(i) {
+                out.push_str(&describe(key, m.kind, &text[m.range.clone()]));
+                described = Some(i);
+            }
+            at = m.range.end.min(range.end);
+        }
     }
-    out.push_str(&text[last..]);
     out
 }
 
