@@ -301,12 +301,38 @@ fn rug_pull_is_held_until_trusted_then_passes_in_the_same_session() {
     // Drain list_changed notifications that arrived so far.
     let _ = d.wait_notification("notifications/tools/list_changed", 0.1);
 
+    // Approving the old (already approved) version is refused; the new one stays held.
+    let tools = sb.gatehouse(&["tools", "--json"]);
+    let add: Value = String::from_utf8_lossy(&tools.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|t| t["tool"] == "add")
+        .expect("`add` in gatehouse tools");
+    let (old, waiting) = (
+        add["approved_hash"].as_str().unwrap().to_owned(),
+        add["pending_hash"].as_str().unwrap().to_owned(),
+    );
+    let refused = sb.gatehouse(&[
+        "pins", "trust", "--server", "rugpull", "--tool", "add", "--hash", &old,
+    ]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("not the waiting version"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
     let out = sb.gatehouse(&["pins", "trust", "--server", "rugpull", "--tool", "add"]);
     assert!(
         out.status.success(),
         "gatehouse pins trust failed: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("at {waiting}.")),
+        "pins trust names the hash it approved: {}",
+        String::from_utf8_lossy(&out.stdout)
     );
     assert!(
         d.wait_notification("notifications/tools/list_changed", 10.0),

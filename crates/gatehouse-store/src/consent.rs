@@ -2,6 +2,8 @@
 //! quarantined tools, shadowing ties, input requests). An answer is stored
 //! only sealed to the requester's public key: ciphertext, never plain text.
 
+use sqlx::SqliteConnection;
+
 use crate::db::Store;
 use crate::error::{corrupt, Result, StoreError};
 use crate::util::{check_json, non_negative};
@@ -160,6 +162,82 @@ impl TryFrom<ConsentRow> for ConsentRequest {
             requester_key: row.requester_key,
         })
     }
+}
+
+/// Asks the person about a tool waiting at `to_hash` (called by
+/// [`Store::hold_tool`] in its transaction): once per server, tool and hash.
+/// A pending request about another hash of the same tool is expired, since
+/// that version no longer waits.
+pub(crate) async fn ask_about_tool(
+    conn: &mut SqliteConnection,
+    kind: ConsentKind,
+    server_id: &str,
+    tool: &str,
+    payload_json: &str,
+    to_hash: &str,
+    now_ms: i64,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE consent_requests SET state = 'expired', answered_ms = ? \
+         WHERE state = 'pending' AND kind IN ('changed_tool', 'quarantined_tool') \
+           AND server_id = ? AND tool = ? \
+           AND json_extract(payload, '$.to_hash') IS NOT ?",
+    )
+    .bind(now_ms)
+    .bind(server_id)
+    .bind(tool)
+    .bind(to_hash)
+    .execute(&mut *conn)
+    .await?;
+    let asked: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM consent_requests \
+           WHERE state = 'pending' AND kind = ? AND server_id = ? AND tool = ? \
+             AND json_extract(payload, '$.to_hash') = ?)",
+    )
+    .bind(kind.as_str())
+    .bind(server_id)
+    .bind(tool)
+    .bind(to_hash)
+    .fetch_one(&mut *conn)
+    .await?;
+    if !asked {
+        sqlx::query(
+            "INSERT INTO consent_requests (kind, server_id, tool, payload, state, created_ms) \
+             VALUES (?, ?, ?, ?, 'pending', ?)",
+        )
+        .bind(kind.as_str())
+        .bind(server_id)
+        .bind(tool)
+        .bind(payload_json)
+        .bind(now_ms)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Settles the pending changed/quarantined-tool requests of one tool after a
+/// pin decision, whichever route made it: `answered` after an approval,
+/// `declined` after a rejection.
+pub(crate) async fn settle_tool(
+    conn: &mut SqliteConnection,
+    server_id: &str,
+    tool: &str,
+    to: ConsentState,
+    now_ms: i64,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE consent_requests SET state = ?, answered_ms = ? \
+         WHERE state = 'pending' AND kind IN ('changed_tool', 'quarantined_tool') \
+           AND server_id = ? AND tool = ?",
+    )
+    .bind(to.as_str())
+    .bind(now_ms)
+    .bind(server_id)
+    .bind(tool)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 impl Store {

@@ -25,6 +25,13 @@ pub enum StoreError {
     /// `approve_tool` for a hash that was never recorded for that tool.
     #[error("tool {tool:?} of server {server_id:?} was never seen with that hash")]
     UnknownToolHash { server_id: String, tool: String },
+    /// An approval named a tool that was never seen on that server.
+    #[error("tool {tool:?} was never seen on server {server_id:?}")]
+    UnknownTool { server_id: String, tool: String },
+    /// A person's approval named a hash other than the one waiting: the
+    /// waiting definition stays waiting (`approve_waiting_tool`).
+    #[error("tool {tool:?} of server {server_id:?} waits with another definition")]
+    NotWaiting { server_id: String, tool: String },
     /// A write referred to a row that does not exist.
     #[error("no {what} with that id")]
     NotFound { what: &'static str },

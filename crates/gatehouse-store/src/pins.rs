@@ -7,6 +7,7 @@
 
 use sqlx::SqliteConnection;
 
+use crate::consent::{self, ConsentKind, ConsentState};
 use crate::db::Store;
 use crate::error::{corrupt, Result, StoreError};
 use crate::mac::{self, Field, MacKey};
@@ -260,6 +261,41 @@ fn unknown_hash(server_id: &str, name: &str) -> StoreError {
     }
 }
 
+/// [`unknown_hash`], or [`StoreError::UnknownTool`] when no definition of
+/// the tool was ever recorded for that server.
+async fn unknown_hash_or_tool(
+    conn: &mut SqliteConnection,
+    server_id: &str,
+    name: &str,
+) -> Result<StoreError> {
+    let seen: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM tools WHERE server_id = ? AND name = ?)")
+            .bind(server_id)
+            .bind(name)
+            .fetch_one(&mut *conn)
+            .await?;
+    if seen {
+        return Ok(unknown_hash(server_id, name));
+    }
+    Ok(StoreError::UnknownTool {
+        server_id: server_id.to_owned(),
+        tool: name.to_owned(),
+    })
+}
+
+/// The consent payload for a waiting tool: the versions to diff, and the
+/// findings of a quarantined one.
+fn waiting_payload(pin: &Pin) -> String {
+    let mut payload = serde_json::json!({
+        "from_hash": pin.approved_hash,
+        "to_hash": pin.pending_hash,
+    });
+    if let Some(findings) = pin.findings_json.as_deref() {
+        payload["findings"] = serde_json::from_str(findings).unwrap_or(serde_json::Value::Null);
+    }
+    payload.to_string()
+}
+
 impl Store {
     /// Records the definitions of one `tools/list` answer and returns, per
     /// tool in order, its pin before this call (`None` = never pinned). One
@@ -354,7 +390,10 @@ impl Store {
 
     /// Holds or quarantines a tool at `pending_hash` (which must have been
     /// recorded). A previously approved hash is kept only if its row's MAC
-    /// verifies; `findings_json` is stored for quarantined tools.
+    /// verifies; `findings_json` is stored for quarantined tools. In the
+    /// same transaction the person is asked once per hash (a pending
+    /// `changed_tool` / `quarantined_tool` consent request; one about an
+    /// older waiting hash expires).
     #[allow(clippy::too_many_arguments)]
     pub async fn hold_tool(
         &self,
@@ -398,13 +437,31 @@ impl Store {
         let pin = read_pin(key, &mut tx, server_id, name)
             .await?
             .ok_or(StoreError::NotFound { what: "pin" })?;
+        let kind = match state {
+            HoldState::Held => ConsentKind::ChangedTool,
+            HoldState::Quarantined => ConsentKind::QuarantinedTool,
+        };
+        consent::ask_about_tool(
+            &mut tx,
+            kind,
+            server_id,
+            name,
+            &waiting_payload(&pin),
+            pending_hash,
+            now_ms,
+        )
+        .await?;
         tx.commit().await?;
         Ok(pin)
     }
 
     /// Approves exactly `hash` for a tool: the pin becomes trusted at that
     /// hash. Refused with [`StoreError::UnknownToolHash`] if that hash was
-    /// never seen for that tool (a person approves what they were shown).
+    /// never seen for that tool (a person approves what they were shown),
+    /// [`StoreError::UnknownTool`] if the tool was never seen at all. Wrap
+    /// uses it to re-pin (`on_change`); a person's approval goes through
+    /// [`Store::approve_waiting_tool`]. Settles the tool's pending consent
+    /// requests as answered.
     pub async fn approve_tool(
         &self,
         key: &MacKey,
@@ -413,11 +470,52 @@ impl Store {
         hash: &str,
         now_ms: i64,
     ) -> Result<Pin> {
+        self.approve(key, server_id, name, hash, false, now_ms)
+            .await
+    }
+
+    /// A person's approval: [`Store::approve_tool`], but while a definition
+    /// waits (held, quarantined or rejected at a pending hash) only that
+    /// hash may be approved; any other, the one already approved included,
+    /// is refused with [`StoreError::NotWaiting`] and the waiting one stays.
+    pub async fn approve_waiting_tool(
+        &self,
+        key: &MacKey,
+        server_id: &str,
+        name: &str,
+        hash: &str,
+        now_ms: i64,
+    ) -> Result<Pin> {
+        self.approve(key, server_id, name, hash, true, now_ms).await
+    }
+
+    async fn approve(
+        &self,
+        key: &MacKey,
+        server_id: &str,
+        name: &str,
+        hash: &str,
+        only_waiting: bool,
+        now_ms: i64,
+    ) -> Result<Pin> {
         let _gate = self.write_gate().await;
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
-        let version = seen_version(&mut tx, server_id, name, hash)
-            .await?
-            .ok_or_else(|| unknown_hash(server_id, name))?;
+        let Some(version) = seen_version(&mut tx, server_id, name, hash).await? else {
+            return Err(unknown_hash_or_tool(&mut tx, server_id, name).await?);
+        };
+        if only_waiting {
+            let previous = read_pin(key, &mut tx, server_id, name).await?;
+            let waiting = previous
+                .as_ref()
+                .filter(|pin| pin.mac_valid)
+                .and_then(|pin| pin.pending_hash.as_deref());
+            if waiting.is_some_and(|waiting| waiting != hash) {
+                return Err(StoreError::NotWaiting {
+                    server_id: server_id.to_owned(),
+                    tool: name.to_owned(),
+                });
+            }
+        }
         PinFields {
             server_id,
             name,
@@ -431,6 +529,7 @@ impl Store {
         }
         .upsert(key, &mut tx)
         .await?;
+        consent::settle_tool(&mut tx, server_id, name, ConsentState::Answered, now_ms).await?;
         let pin = read_pin(key, &mut tx, server_id, name)
             .await?
             .ok_or(StoreError::NotFound { what: "pin" })?;
@@ -439,7 +538,8 @@ impl Store {
     }
 
     /// Rejects a tool's pending definition: its calls stay blocked until an
-    /// approval or a reset. Fails with `NotFound` when the tool has no pin.
+    /// approval or a reset; its pending consent requests are declined.
+    /// Fails with `NotFound` when the tool has no pin.
     pub async fn reject_tool(
         &self,
         key: &MacKey,
@@ -469,6 +569,7 @@ impl Store {
         }
         .upsert(key, &mut tx)
         .await?;
+        consent::settle_tool(&mut tx, server_id, name, ConsentState::Declined, now_ms).await?;
         let pin = read_pin(key, &mut tx, server_id, name)
             .await?
             .ok_or(StoreError::NotFound { what: "pin" })?;
@@ -685,6 +786,143 @@ mod tests {
             .hold_tool(&key, "srv", "t", "bad", HoldState::Held, Some("{oops"), 5)
             .await;
         assert!(matches!(bad_json, Err(StoreError::Invalid(_))));
+    }
+
+    /// `read` approved at h1 and held at h2.
+    async fn held_read() -> (Store, MacKey) {
+        let store = mem().await;
+        let key = key();
+        store
+            .record_seen_tools(&key, &[seen("read", "h1"), seen("read", "h2")], 1)
+            .await
+            .unwrap();
+        store
+            .pin_first_sight(&key, "srv", "read", "h1", 2)
+            .await
+            .unwrap();
+        store
+            .hold_tool(&key, "srv", "read", "h2", HoldState::Held, None, 3)
+            .await
+            .unwrap();
+        (store, key)
+    }
+
+    #[tokio::test]
+    async fn a_person_approves_only_the_waiting_version() {
+        let (store, key) = held_read().await;
+        let err = store
+            .approve_waiting_tool(&key, "srv", "read", "h1", 4)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::NotWaiting { .. }),
+            "the approved version is not what waits: {err:?}"
+        );
+        let pin = store.get_pin(&key, "srv", "read").await.unwrap().unwrap();
+        assert_eq!(
+            (pin.state, pin.pending_hash.as_deref()),
+            (PinState::Held, Some("h2")),
+            "a refused approval leaves the waiting version waiting"
+        );
+        let err = store
+            .approve_waiting_tool(&key, "srv", "nope", "h1", 4)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::UnknownTool { .. }),
+            "a tool never seen is not a hash never seen: {err:?}"
+        );
+        let approved = store
+            .approve_waiting_tool(&key, "srv", "read", "h2", 5)
+            .await
+            .unwrap();
+        assert!(approved.is_trusted("h2"));
+        let again = store
+            .approve_waiting_tool(&key, "srv", "read", "h1", 6)
+            .await
+            .unwrap();
+        assert!(
+            again.is_trusted("h1"),
+            "with nothing waiting any seen version may be approved"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_hold_asks_once_per_hash_and_any_approval_settles_it() {
+        let (store, key) = held_read().await;
+        let pending = |store: Store| async move {
+            store
+                .list_consents(Some(ConsentState::Pending), 10)
+                .await
+                .unwrap()
+        };
+        store
+            .hold_tool(&key, "srv", "read", "h2", HoldState::Held, None, 4)
+            .await
+            .unwrap();
+        let asked = pending(store.clone()).await;
+        assert_eq!(asked.len(), 1, "the same hold asks once: {asked:?}");
+        assert_eq!(asked[0].kind, ConsentKind::ChangedTool);
+        assert_eq!(asked[0].tool.as_deref(), Some("read"));
+        let payload: serde_json::Value = serde_json::from_str(&asked[0].payload_json).unwrap();
+        assert_eq!(
+            payload,
+            serde_json::json!({ "from_hash": "h1", "to_hash": "h2" })
+        );
+
+        store
+            .record_seen_tool(&key, &seen("read", "h3"), 5)
+            .await
+            .unwrap();
+        let findings = r#"[{"rule":"hidden_instructions"}]"#;
+        store
+            .hold_tool(
+                &key,
+                "srv",
+                "read",
+                "h3",
+                HoldState::Quarantined,
+                Some(findings),
+                6,
+            )
+            .await
+            .unwrap();
+        let asked = pending(store.clone()).await;
+        assert_eq!(asked.len(), 1, "h2 no longer waits: {asked:?}");
+        assert_eq!(asked[0].kind, ConsentKind::QuarantinedTool);
+        assert!(asked[0].payload_json.contains("hidden_instructions"));
+        assert_eq!(
+            store
+                .get_consent(asked[0].id - 1)
+                .await
+                .unwrap()
+                .unwrap()
+                .state,
+            ConsentState::Expired
+        );
+
+        // Wrap's own re-pin settles it as well as a person's approval.
+        store
+            .approve_tool(&key, "srv", "read", "h3", 7)
+            .await
+            .unwrap();
+        assert!(pending(store.clone()).await.is_empty());
+        assert_eq!(
+            store.get_consent(asked[0].id).await.unwrap().unwrap().state,
+            ConsentState::Answered
+        );
+
+        store
+            .hold_tool(&key, "srv", "read", "h2", HoldState::Held, None, 8)
+            .await
+            .unwrap();
+        store.reject_tool(&key, "srv", "read", 9).await.unwrap();
+        let all = store.list_consents(None, 10).await.unwrap();
+        assert_eq!(
+            all.last().map(|c| c.state),
+            Some(ConsentState::Declined),
+            "a rejection declines the request"
+        );
     }
 
     /// Runs `sql` (what an attacker with file access does) on a held pin

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
+use super::events::printable;
 use super::store_access::{existing_home, mac_key, open, runtime};
 
 #[derive(clap::Subcommand)]
@@ -22,7 +23,8 @@ pub enum PinsCommand {
         #[arg(long, value_name = "DIR")]
         home: Option<PathBuf>,
     },
-    /// Approve a tool definition: exactly --hash, or the one waiting.
+    /// Approve a tool definition: exactly --hash, or the held one waiting
+    /// (a quarantined one only with --hash, after review).
     Trust {
         /// Server id (see `gatehouse servers`).
         #[arg(long, value_name = "ID")]
@@ -30,7 +32,8 @@ pub enum PinsCommand {
         /// Tool name (see `gatehouse tools`).
         #[arg(long)]
         tool: String,
-        /// The definition hash to approve (see `gatehouse tools`).
+        /// The definition hash to approve: it must be the one waiting, if one
+        /// waits (see `gatehouse pins diff`); required for a quarantined tool.
         #[arg(long)]
         hash: Option<String>,
         /// Gatehouse home (default: $GATEHOUSE_HOME, then the OS data
@@ -138,6 +141,8 @@ fn trust(
     hash: Option<String>,
     home: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
+    use gatehouse_store::{PinState, StoreError};
+    let explicit_home = home.clone();
     let home = existing_home(home.as_deref())?;
     let key = mac_key(&home)?;
     runtime()?.block_on(async {
@@ -146,17 +151,120 @@ fn trust(
             .get_pin(&key, server, tool)
             .await?
             .with_context(|| format!("no pin for tool {tool:?} on server {server:?}"))?;
-        let hash = match hash.or(pin.pending_hash.clone()) {
-            Some(h) => h,
-            None => anyhow::bail!("nothing waits for approval for {tool:?}; pass --hash to approve a specific version"),
+        let command = |sub: &str, hash: Option<&str>| {
+            let mut words = vec![
+                "gatehouse".to_owned(),
+                "pins".to_owned(),
+                sub.to_owned(),
+                "--server".to_owned(),
+                shell_word(server),
+                "--tool".to_owned(),
+                shell_word(tool),
+            ];
+            if let Some(hash) = hash {
+                words.extend(["--hash".to_owned(), shell_word(hash)]);
+            }
+            if let Some(dir) = &explicit_home {
+                words.extend(["--home".to_owned(), shell_word(&dir.to_string_lossy())]);
+            }
+            words.join(" ")
         };
-        store
-            .approve_tool(&key, server, tool, &hash, gatehouse_store::now_ms())
-            .await
-            .with_context(|| format!("approving {hash} for {tool:?} (only a hash Gatehouse has seen can be approved)"))?;
-        outln!("Approved {tool} on {server} at {hash}. Running sessions are told to re-list.");
+        let (hash, defaulted) = match hash {
+            Some(h) => (h, false),
+            None => {
+                let Some(waiting) = pin.pending_hash.clone() else {
+                    anyhow::bail!("nothing waits for approval for {tool:?}; pass --hash to approve a specific version");
+                };
+                // Never approve unseen what the scanner flagged, nor what an
+                // unverifiable row claims waits: the person names the hash.
+                let findings = finding_lines(pin.findings_json.as_deref());
+                if pin.state == PinState::Quarantined || !findings.is_empty() || !pin.mac_valid {
+                    let why = if pin.mac_valid {
+                        "is quarantined: its waiting definition has scanner findings"
+                    } else {
+                        "has a pin record that failed its integrity check"
+                    };
+                    eprintln!(
+                        "gatehouse: refused: {} on {server} {why}; nothing was approved.",
+                        printable(tool)
+                    );
+                    for line in &findings {
+                        eprintln!("  {line}");
+                    }
+                    eprintln!("Review it:  {}", command("diff", None));
+                    eprintln!(
+                        "Approve exactly that version after review:  {}",
+                        command("trust", Some(&waiting))
+                    );
+                    return Ok(ExitCode::from(1));
+                }
+                (waiting, true)
+            }
+        };
+        let approved = store
+            .approve_waiting_tool(&key, server, tool, &hash, gatehouse_store::now_ms())
+            .await;
+        match approved {
+            Ok(_) => {}
+            Err(StoreError::NotWaiting { .. }) => anyhow::bail!(
+                "not the waiting version: {hash} is not what {tool:?} on {server} waits with ({}); \
+                 the waiting one stays waiting (`{}` shows it)",
+                pin.pending_hash.as_deref().unwrap_or("another definition"),
+                command("diff", None)
+            ),
+            Err(StoreError::UnknownTool { .. }) => {
+                anyhow::bail!("tool {tool:?} was never seen on server {server:?}")
+            }
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!("approving {hash} for {tool:?} (only a hash Gatehouse has seen can be approved)")
+                })
+            }
+        }
+        outln!("Approved {} on {server} at {hash}. Running sessions are told to re-list.", printable(tool));
+        if defaulted {
+            outln!(
+                "That is the definition that was waiting (no --hash given); view it with: {}",
+                command("diff", None)
+            );
+        }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// One line per scanner finding of a quarantined definition: rule id and
+/// severity, made safe for a terminal.
+fn finding_lines(findings_json: Option<&str>) -> Vec<String> {
+    let Some(findings) =
+        findings_json.and_then(|f| serde_json::from_str::<serde_json::Value>(f).ok())
+    else {
+        return Vec::new();
+    };
+    findings
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|f| {
+            let rule = f["rule"].as_str().unwrap_or("(unnamed rule)");
+            match f["severity"].as_str() {
+                Some(sev) => format!("finding: {} ({})", printable(rule), printable(sev)),
+                None => format!("finding: {}", printable(rule)),
+            }
+        })
+        .collect()
+}
+
+/// `word` as one shell word a person can paste (single-quoted unless plain).
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@+=".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", printable(&word.replace('\'', r"'\''")))
+    }
 }
 
 fn trust_launch(
@@ -260,7 +368,7 @@ fn diff(server: &str, tool: &str, home: Option<PathBuf>) -> anyhow::Result<ExitC
             pin.pending_hash.as_deref().unwrap_or("(none)")
         );
         for line in line_diff(&a, &b) {
-            outln!("{}", super::events::printable(&line));
+            outln!("{}", printable(&line));
         }
         Ok(ExitCode::SUCCESS)
     })

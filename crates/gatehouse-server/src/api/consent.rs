@@ -377,42 +377,6 @@ pub(crate) async fn answer(
     Ok(Json(json!({ "id": id, "state": after.state.as_str() })))
 }
 
-/// After a pin decision, settles the inbox entries about that tool.
-pub(crate) async fn settle_tool_consents(
-    state: &AppState,
-    server: &str,
-    tool: &str,
-    approved: bool,
-) {
-    let Ok(pending) = state
-        .store
-        .list_consents(Some(ConsentState::Pending), 1000)
-        .await
-    else {
-        return;
-    };
-    let now = state.now_ms();
-    for c in pending.iter().filter(|c| {
-        matches!(
-            c.kind,
-            ConsentKind::ChangedTool | ConsentKind::QuarantinedTool
-        ) && c.server_id == server
-            && c.tool.as_deref() == Some(tool)
-    }) {
-        let done = if approved {
-            state
-                .store
-                .answer_consent(c.id, br#"{"action":"approve"}"#, now)
-                .await
-        } else {
-            state.store.decline_consent(c.id, now).await
-        };
-        if let Err(e) = done {
-            tracing::warn!(error = %e, "could not settle consent request");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

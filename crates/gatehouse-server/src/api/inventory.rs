@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
-use gatehouse_store::{Pin, PinState, Server, ToolDefinition};
+use gatehouse_store::{Pin, PinState, Server, StoreError, ToolDefinition};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -320,6 +320,12 @@ pub(crate) async fn approve(
     approve_hash(&state, &who.session_id, &b.server, &b.tool, hash).await
 }
 
+/// Why approving a hash other than the waiting one is refused.
+pub(crate) const NOT_WAITING: &str =
+    "not the waiting version: another definition of this tool waits for approval and stays waiting (see /api/pins/diff)";
+
+/// Approves exactly `hash` (the pending one while a definition waits) and
+/// settles the tool's consent requests (the store does, in one transaction).
 pub(crate) async fn approve_hash(
     state: &AppState,
     session: &str,
@@ -327,12 +333,23 @@ pub(crate) async fn approve_hash(
     tool: &str,
     hash: &str,
 ) -> ApiResult<Json<Value>> {
-    let pin = state
+    let approved = state
         .store
-        .approve_tool(&state.mac_key, server, tool, hash, state.now_ms())
-        .await
-        .map_err(store_err)?;
-    super::consent::settle_tool_consents(state, server, tool, true).await;
+        .approve_waiting_tool(&state.mac_key, server, tool, hash, state.now_ms())
+        .await;
+    let pin = match approved {
+        Ok(pin) => pin,
+        Err(StoreError::NotWaiting { .. }) => return Err(ApiError::Conflict(NOT_WAITING.into())),
+        Err(StoreError::UnknownTool { .. }) => {
+            let known = state.store.get_server(server).await.map_err(store_err)?;
+            return Err(ApiError::NotFound(if known.is_some() {
+                "tool on this server"
+            } else {
+                "server"
+            }));
+        }
+        Err(other) => return Err(store_err(other)),
+    };
     state
         .record(
             event_types::TOOL_APPROVED,
@@ -404,7 +421,6 @@ pub(crate) async fn reject_tool(
         .reject_tool(&state.mac_key, server, tool, state.now_ms())
         .await
         .map_err(store_err)?;
-    super::consent::settle_tool_consents(state, server, tool, false).await;
     state
         .record(
             event_types::TOOL_REJECTED,

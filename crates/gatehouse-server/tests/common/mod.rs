@@ -226,20 +226,7 @@ pub async fn seed(store: &Store) {
             T0 - 5_000,
         )
         .await
-        .unwrap();
-    store
-        .create_consent(&NewConsent {
-            kind: ConsentKind::ChangedTool,
-            server_id: "srv-files".into(),
-            tool: Some("read_file".into()),
-            payload_json: json!({ "from_hash": hash_of("v1"), "to_hash": hash_of("v2") })
-                .to_string(),
-            created_ms: T0 - 5_000,
-            expires_ms: None,
-            requester_key: None,
-        })
-        .await
-        .unwrap();
+        .unwrap(); // the hold asks the person: a changed_tool consent request
     store
         .set_server_mode(
             &key,
