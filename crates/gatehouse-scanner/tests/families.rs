@@ -398,7 +398,9 @@ fn an_encoded_credential_is_redacted_from_evidence() {
     assert!(!r.findings.is_empty());
     assert_no_part_of(&r, blob);
     assert!(
-        r.findings.iter().any(|f| f.context.contains("encoded_secret")),
+        r.findings
+            .iter()
+            .any(|f| f.context.contains("encoded_secret")),
         "{:?}",
         r.findings
     );
