@@ -376,6 +376,7 @@ pub async fn serve(config: ServerConfig) -> Result<ServerHandle, ServeError> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let state = AppState::new(&config, addr.port(), cli_secret.clone(), shutdown_rx);
     tokio::spawn(stream::tail_events(state.clone(), config.poll_interval));
+    tokio::spawn(protection::end_pauses(state.clone()));
     let app = router(state.clone());
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {

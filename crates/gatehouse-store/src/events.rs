@@ -37,6 +37,8 @@ pub mod event_types {
     pub const ENV_STRIPPED: &str = "env_stripped";
     pub const PIN_MAC_INVALID: &str = "pin_mac_invalid";
     pub const POLICY_INVALID: &str = "policy_invalid";
+    /// A pause ended (by a person, or by itself at its deadline).
+    pub const PROTECTION_RESUMED: &str = "protection_resumed";
 }
 
 /// Event types whose reason is part of the aggregation key (see the module
@@ -497,6 +499,22 @@ fn batch_sql(chunk: &[Folded<'_>]) -> String {
     }
     sql.push_str("COMMIT");
     sql
+}
+
+/// Records `event` on `conn` (inside the caller's transaction), folding
+/// it like [`Store::insert_event`].
+pub(crate) async fn insert_on(
+    conn: &mut sqlx::SqliteConnection,
+    event: &NewEvent,
+    aggregation_ms: i64,
+) -> Result<i64> {
+    let one = Folded {
+        event,
+        key: aggregation_key(event, aggregation_ms),
+        count: 1,
+        last_time_ms: event.time_ms,
+    };
+    insert_one(conn, &one).await
 }
 
 async fn insert_one(conn: &mut sqlx::SqliteConnection, one: &Folded<'_>) -> Result<i64> {
