@@ -265,6 +265,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(static_file)
         .with_state(state)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(error::rejections_as_api_errors))
         .layer(axum::middleware::from_fn_with_state(
             allowed,
             guard::check_request,
