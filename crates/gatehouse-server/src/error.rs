@@ -123,6 +123,7 @@ pub(crate) async fn rejections_as_api_errors(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    let api = req.uri().path().starts_with("/api/");
     let resp = next.run(req).await;
     let plain = resp
         .headers()
@@ -130,7 +131,14 @@ pub(crate) async fn rejections_as_api_errors(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/plain"));
     let status = resp.status();
-    if !plain || !status.is_client_error() {
+    let rejection = matches!(
+        status,
+        StatusCode::BAD_REQUEST
+            | StatusCode::PAYLOAD_TOO_LARGE
+            | StatusCode::UNSUPPORTED_MEDIA_TYPE
+            | StatusCode::UNPROCESSABLE_ENTITY
+    );
+    if !api || !plain || !rejection {
         return resp;
     }
     let error = match status {
