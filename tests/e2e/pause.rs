@@ -76,9 +76,49 @@ fn pause_and_resume_reach_a_running_wrap() {
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("protection resumed"));
     call_until(&mut d, &key, true, "the running wrap to enforce again");
+
+    // Seconds are honoured exactly, and a pause that ends by itself is
+    // recorded once (by the wrap that notices the deadline).
+    let out = sb.gatehouse(&["pause", "--for", "3s"]);
+    assert!(out.status.success(), "{out:?}");
+    call_until(
+        &mut d,
+        &key,
+        false,
+        "the running wrap to follow a 3 s pause",
+    );
+    call_until(&mut d, &key, true, "the 3 s pause to end by itself");
+    let short = sb.wait_for_event("a 3 s pause", |e| {
+        e["type"] == "protection_paused"
+            && e["reason"].as_str().is_some_and(|r| r.contains("for 3 s"))
+    });
+    let ended = sb.wait_for_event("the end of the pause", |e| {
+        e["type"] == "protection_resumed"
+            && e["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("the pause ended"))
+    });
+    assert_eq!(
+        ended["time_ms"].as_i64().unwrap() - short["time_ms"].as_i64().unwrap(),
+        3_000,
+        "recorded at the deadline, 3 s after the pause: {ended}"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let ends = sb
+        .events()
+        .iter()
+        .filter(|e| {
+            e["type"] == "protection_resumed"
+                && e["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("the pause ended"))
+        })
+        .map(|e| e["count"].as_i64().unwrap_or(1))
+        .sum::<i64>();
+    assert_eq!(ends, 1, "recorded exactly once");
     d.quit();
 
-    // Lengths outside 1 min – 24 h are refused, saying so.
+    // Lengths outside 1 s – 24 h are refused, saying so.
     let out = sb.gatehouse(&["pause", "--for", "0m"]);
     assert_eq!(
         out.status.code(),
@@ -86,7 +126,7 @@ fn pause_and_resume_reach_a_running_wrap() {
         "a zero-length pause is an error"
     );
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("between 1 and 1440 minutes"),
+        String::from_utf8_lossy(&out.stderr).contains("between 1 second and 24 hours"),
         "{out:?}"
     );
 }

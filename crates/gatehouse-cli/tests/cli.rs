@@ -40,6 +40,51 @@ impl Sandbox {
         Run::from(args, out)
     }
 
+    /// Runs `gatehouse up` until it says where it listens, then stops it;
+    /// returns what it wrote to stderr by then.
+    fn up_console(&self) -> String {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_gatehouse"))
+            .args(["up", "--port", "0"])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", self.user_home())
+            .env("GATEHOUSE_HOME", self.home())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start gatehouse up");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut console = String::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !console.contains("listening on") {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    console.push_str(&line);
+                    console.push('\n');
+                }
+                Err(_) => break,
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            console.contains("listening on"),
+            "`gatehouse up` did not start:\n{console}"
+        );
+        console
+    }
+
     /// A database in the home, holding `events` and `servers`.
     fn seed(&self, events: &[NewEvent], servers: &[NewServer]) {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -562,4 +607,40 @@ fn trust_refuses_a_hash_that_is_not_the_waiting_one() {
     sb.run(&["pins", "diff", "--server", "srvA", "--tool", "echo"])
         .code(0)
         .stdout_has("+++ waiting  sha256:808f");
+}
+
+#[test]
+fn up_writes_the_default_policy_on_first_run() {
+    let sb = Sandbox::new();
+    let console = sb.up_console();
+    let written = std::fs::read_to_string(sb.home().join("policy.toml"))
+        .expect("the first run of `gatehouse up` writes policy.toml");
+    assert_eq!(written, gatehouse_config::default_policy_toml());
+    assert!(
+        !console.contains("policy is invalid"),
+        "the default policy is valid:\n{console}"
+    );
+}
+
+#[test]
+fn up_says_once_that_the_policy_is_invalid() {
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.home()).unwrap();
+    std::fs::write(
+        sb.home().join("policy.toml"),
+        "mode = \"audit\"\nfail_closd = true\n",
+    )
+    .unwrap();
+    let console = sb.up_console();
+    let lines: Vec<&str> = console
+        .lines()
+        .filter(|l| l.contains("policy is invalid"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one console line:\n{console}");
+    assert!(
+        lines[0].contains("policy.toml:2:1: unknown field `fail_closd`")
+            && lines[0].contains("last good policy stays in force"),
+        "names file:line:col and what is in force: {}",
+        lines[0]
+    );
 }

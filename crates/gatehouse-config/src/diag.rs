@@ -174,6 +174,16 @@ impl<'t> Locator<'t> {
         best
     }
 
+    /// The key path of the value whose span holds `offset` (the innermost
+    /// one), or of the table holding the key at `offset`: what a serde error
+    /// positioned there is about. `None` when the offset is at the top level
+    /// or the text does not parse.
+    pub fn path_at(&self, offset: usize) -> Option<KeyPath> {
+        let doc = self.doc.as_ref()?;
+        let path = find_in_table(doc.as_table(), &KeyPath::default(), offset)?;
+        (!path.0.is_empty()).then_some(path)
+    }
+
     pub fn diagnostic(
         &self,
         file: &str,
@@ -198,6 +208,56 @@ impl<'t> Locator<'t> {
     }
 }
 
+fn contains(span: Option<std::ops::Range<usize>>, offset: usize) -> bool {
+    span.is_some_and(|s| s.contains(&offset))
+}
+
+fn find_in_table(table: &toml_edit::Table, path: &KeyPath, offset: usize) -> Option<KeyPath> {
+    for (key, item) in table.iter() {
+        let here = path.key(key);
+        if let Some(found) = find_in_item(item, &here, offset) {
+            return Some(found);
+        }
+        let key_span = table.key(key).and_then(|k| k.span());
+        if contains(key_span, offset) {
+            return Some(path.clone());
+        }
+    }
+    None
+}
+
+fn find_in_item(item: &toml_edit::Item, path: &KeyPath, offset: usize) -> Option<KeyPath> {
+    match item {
+        // A `[table]`'s span is only its header: look inside regardless.
+        toml_edit::Item::Table(t) => find_in_table(t, path, offset),
+        toml_edit::Item::ArrayOfTables(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, t)| find_in_table(t, &path.index(i), offset)),
+        toml_edit::Item::Value(v) => find_in_value(v, path, offset),
+        toml_edit::Item::None => None,
+    }
+}
+
+fn find_in_value(value: &toml_edit::Value, path: &KeyPath, offset: usize) -> Option<KeyPath> {
+    if !contains(value.span(), offset) {
+        return None;
+    }
+    let inner = match value {
+        toml_edit::Value::InlineTable(t) => t.iter().find_map(|(k, v)| {
+            find_in_value(v, &path.key(k), offset).or_else(|| {
+                contains(t.key(k).and_then(|key| key.span()), offset).then(|| path.clone())
+            })
+        }),
+        toml_edit::Value::Array(a) => a
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| find_in_value(v, &path.index(i), offset)),
+        _ => None,
+    };
+    Some(inner.unwrap_or_else(|| path.clone()))
+}
+
 #[derive(Clone, Copy)]
 enum Node<'a> {
     Table(&'a toml_edit::Table),
@@ -219,9 +279,15 @@ impl<'a> Node<'a> {
     }
 }
 
-/// Removes quoted values from serde/toml messages: a secret pasted where a
-/// table was expected must not come back in an error.
+/// Removes values from serde/toml messages: a secret pasted where a table
+/// or a number was expected must not come back in an error. serde's
+/// `invalid type: integer `12345`, expected a string` (and `invalid value:
+/// …`) keeps only the kind: `invalid type: integer, expected a string`.
 pub(crate) fn sanitize_message(message: &str) -> String {
+    let message = strip_unexpected_literal(message);
+    // toml's words for a non-string where an enum (a fixed word) belongs.
+    let message = message.replace("wanted string or table", "invalid type, expected a string");
+    let message = message.as_str();
     let mut out = String::with_capacity(message.len());
     let mut rest = message;
     while let Some(start) = rest.find('"') {
@@ -258,4 +324,45 @@ pub(crate) fn sanitize_message(message: &str) -> String {
         }
     }
     capped.trim_end().to_owned()
+}
+
+/// `invalid type: <kind> <literal>, expected …` → `invalid type: <kind>, expected …`
+/// (also for `invalid value:`). serde quotes the literal with backticks
+/// (numbers, booleans, characters) or as a Rust string literal (strings,
+/// inner quotes escaped), so the literal ends at its closing quote, not at
+/// the first `, expected` (which a string may contain).
+fn strip_unexpected_literal(message: &str) -> String {
+    for prefix in ["invalid type: ", "invalid value: "] {
+        let Some(at) = message.find(prefix) else {
+            continue;
+        };
+        let start = at + prefix.len();
+        let rest = &message[start..];
+        let Some(quote) = rest.find(['`', '"']) else {
+            return message.to_owned();
+        };
+        if rest.find(", expected").is_some_and(|e| e < quote) {
+            // No literal (`unit value`, `sequence`): nothing to strip.
+            return message.to_owned();
+        }
+        let kind = rest[..quote].trim_end();
+        let open = rest.as_bytes()[quote];
+        let mut escaped = false;
+        let mut close = None;
+        for (i, b) in rest.bytes().enumerate().skip(quote + 1) {
+            if open == b'"' && b == b'\\' && !escaped {
+                escaped = true;
+                continue;
+            }
+            if b == open && !escaped {
+                close = Some(i);
+                break;
+            }
+            escaped = false;
+        }
+        // An unterminated literal: drop everything after the kind.
+        let after = close.map_or("", |c| &rest[c + 1..]);
+        return format!("{}{kind}{after}", &message[..start]);
+    }
+    message.to_owned()
 }

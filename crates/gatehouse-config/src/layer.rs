@@ -76,11 +76,17 @@ pub(crate) fn parse_layer(file: &str, text: &str) -> Result<Layer, Vec<Diagnosti
             let (line, column) = e
                 .span()
                 .map_or((0, 0), |s| crate::diag::line_col(text, s.start));
+            let message = sanitize_message(e.message());
+            // Name the key: "expected u64" alone does not say which one.
+            let message = match e.span().and_then(|s| locator.path_at(s.start)) {
+                Some(path) => format!("`{path}`: {message}"),
+                None => message,
+            };
             return Err(vec![Diagnostic {
                 file: file.to_owned(),
                 line,
                 column,
-                message: sanitize_message(e.message()),
+                message,
             }]);
         }
     };

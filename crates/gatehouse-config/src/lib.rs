@@ -225,8 +225,8 @@ fn load_local(
     if_missing: Option<&str>,
     env_base: Option<&Path>,
 ) -> Result<LoadedPolicy, PolicyError> {
-    let local_text = match std::fs::read_to_string(local_path) {
-        Ok(t) => t,
+    let local_text = match std::fs::read(local_path) {
+        Ok(bytes) => utf8_text(local_path, bytes)?,
         Err(e) if e.kind() == io::ErrorKind::NotFound && if_missing.is_some() => {
             if_missing.unwrap_or_default().to_owned()
         }
@@ -252,10 +252,11 @@ fn load_local(
     }
     let mut sources = Vec::new();
     for path in base_paths {
-        let text = std::fs::read_to_string(&path).map_err(|e| PolicyError::Io {
+        let bytes = std::fs::read(&path).map_err(|e| PolicyError::Io {
             path: path.clone(),
             source: e,
         })?;
+        let text = utf8_text(&path, bytes)?;
         sources.push(PolicySource {
             role: SourceRole::Base,
             name: path.display().to_string(),
@@ -268,6 +269,23 @@ fn load_local(
         text: local_text,
     });
     compile(sources)
+}
+
+/// A policy file's bytes as text; a file that is not UTF-8 is an invalid
+/// policy whose diagnostic points at the first bad byte (line, column and
+/// byte offset), never at the bytes themselves.
+fn utf8_text(path: &Path, bytes: Vec<u8>) -> Result<String, PolicyError> {
+    String::from_utf8(bytes).map_err(|e| {
+        let offset = e.utf8_error().valid_up_to();
+        let valid = std::str::from_utf8(&e.as_bytes()[..offset]).unwrap_or_default();
+        let (line, column) = diag::line_col(valid, offset);
+        PolicyError::Invalid(vec![Diagnostic {
+            file: path.display().to_string(),
+            line,
+            column,
+            message: format!("not valid UTF-8 (byte offset {offset}); save the file as UTF-8"),
+        }])
+    })
 }
 
 /// Writes the commented default policy to `$home/policy.toml` (0600 on

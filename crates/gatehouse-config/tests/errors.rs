@@ -202,3 +202,86 @@ fn display_is_file_line_col() {
     let d = &diagnostics("bogus = 1\n")[0];
     assert!(d.to_string().starts_with("policy.toml:1:1: "), "got `{d}`");
 }
+
+#[test]
+fn type_errors_never_echo_the_value() {
+    // Every kind of literal serde would quote in "invalid type"/"invalid
+    // value" messages: none may come back, whatever the key.
+    for (value, kind) in [
+        ("12345", "integer"),
+        ("-98765", "integer"),
+        ("3.14159", "floating point"),
+        ("true", "boolean"),
+        ("\"s3cr3t, expected x\"", "string"),
+        ("1979-05-27T07:32:00Z", ""),
+        ("[\"s3cr3t\"]", ""),
+    ] {
+        for text in [
+            format!("[servers.\"x\"]\nenv = {{ API_KEY = {value} }}\n"),
+            format!("[limits]\nmax_frame_bytes = {value}\n"),
+            format!("fail_closed = {value}\n"),
+            format!("[servers.x]\ntrust = {value}\n"),
+        ] {
+            let Err(err) = check_text("policy.toml", &text) else {
+                continue;
+            };
+            let shown = format!("{err} {err:?}");
+            for secret in ["12345", "98765", "14159", "true", "s3cr3t", "1979"] {
+                assert!(
+                    !shown.contains(secret),
+                    "`{secret}` leaked from:\n{text}into: {shown}"
+                );
+            }
+            if !kind.is_empty() && shown.contains("invalid type: ") {
+                assert!(shown.contains(kind), "the kind stays: {shown}");
+            }
+        }
+    }
+    check(
+        "[servers.\"x\"]\nenv = { API_KEY = 12345 }\n",
+        "2:19: `servers.x.env.API_KEY`: invalid type: integer, expected a string",
+    );
+}
+
+#[test]
+fn type_errors_name_the_key() {
+    check(
+        "[limits]\n\nmax_frame_bytes = \"big\"\n",
+        "3:19: `limits.max_frame_bytes`: invalid type: string, expected u64",
+    );
+    check("db_busy_ms = 99999999999999999999999\n", "1:14: ");
+    check(
+        "[limits]\nmax_frame_bytes = -1\n",
+        "2:19: `limits.max_frame_bytes`: ",
+    );
+    check(
+        "[servers.x]\ntrust = 5\n",
+        "2:9: `servers.x.trust`: invalid type, expected a string",
+    );
+    check(
+        "[[rules]]\nid = \"r\"\ntool_name = 5\ndecision = \"block\"\n",
+        "3:13: `rules[0].tool_name`: invalid type: integer",
+    );
+    check(
+        "[tool_policy]\nmode = \"allowlist\"\nallow = [{ tool = 1 }]\n",
+        "3:19: `tool_policy.allow[0].tool`: ",
+    );
+    check(
+        "[pinning]\nauto_trust = true\n",
+        "2:1: `pinning`: unknown field `auto_trust`",
+    );
+}
+
+#[test]
+fn a_file_that_is_not_utf8_names_line_and_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy.toml");
+    std::fs::write(&path, b"mode = \"audit\"\n# caf\xe9\n").unwrap();
+    let err = gatehouse_config::load_file(&path, None).expect_err("not UTF-8");
+    let d = &err.diagnostics()[0];
+    assert_eq!((d.line, d.column), (2, 6), "points at the bad byte: {d}");
+    assert!(
+        d.message.contains("UTF-8") && d.message.contains("byte offset 20"),
+        "{d}"
+    );
+}

@@ -1,7 +1,10 @@
 //! Follows the global pause (tray "Pause protection", `gatehouse pause`):
 //! while it lasts, this wrap records its decisions and blocks nothing. The
-//! pause ends by itself at its deadline, with no database write needed.
-//! A pause row that fails its MAC pauses nothing (and is logged).
+//! pause ends by itself at its deadline, with no database write needed to
+//! resume; the first process to notice the deadline (this poller, or the
+//! control plane) records one `protection_resumed` event
+//! (`Store::end_expired_pause` makes that exactly once). A pause row that
+//! fails its MAC pauses nothing (and is logged).
 
 use std::time::Duration;
 
@@ -42,7 +45,17 @@ async fn poll(store: Store, key: MacKey, tx: watch::Sender<bool>) {
             version = now;
             record = read(&store, &key).await;
         }
-        let paused = record.paused_at(crate::wrap::now_ms() as i64);
+        let now_ms = crate::wrap::now_ms() as i64;
+        let paused = record.paused_at(now_ms);
+        if let PauseRecord::Set(_) = record {
+            if !paused {
+                // Over by itself: record it once (another process may have).
+                if let Err(err) = store.end_expired_pause(&key, now_ms).await {
+                    warn!(%err, "could not record the end of the pause");
+                }
+                record = PauseRecord::None;
+            }
+        }
         tx.send_if_modified(|current| std::mem::replace(current, paused) != paused);
         if tx.is_closed() {
             return;
@@ -92,6 +105,15 @@ mod tests {
             .expect("the deadline ends it without a write")
             .unwrap();
         assert!(!*paused.borrow_and_update(), "resumed by itself");
+        tokio::time::sleep(POLL_INTERVAL * 3).await;
+        let resumed = store
+            .query_events(&gatehouse_store::EventFilter::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.event_type == gatehouse_store::event_types::PROTECTION_RESUMED)
+            .count();
+        assert_eq!(resumed, 1, "the wrap records the end of the pause, once");
 
         // A pause MAC'd with another install's key pauses nothing.
         store

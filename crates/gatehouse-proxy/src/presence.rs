@@ -147,15 +147,21 @@ fn stamp_path(home: &Path, session: &str) -> PathBuf {
     home.join("sessions").join(hex::encode(&digest[..12]))
 }
 
+/// Appends a byte to the stamp; `sessions/` is 0700 and stamps 0600, like
+/// the rest of the home (they say which client sessions run).
 fn touch(stamp: &Path) {
     let write = || -> std::io::Result<()> {
         if let Some(dir) = stamp.parent() {
-            std::fs::create_dir_all(dir)?;
+            gatehouse_store::home::ensure_private_dir(dir)?;
         }
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(stamp)?;
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).append(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        let mut file = options.open(stamp)?;
         file.write_all(b".")
     };
     if let Err(err) = write() {
@@ -370,5 +376,24 @@ impl Presence {
             local.record(class, call, None, self.window_ms);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn session_stamps_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let home = tempfile::tempdir().unwrap();
+        let stamp = stamp_path(home.path(), "client-1");
+        touch(&stamp);
+        touch(&stamp);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(stamp.parent().unwrap()), 0o700, "sessions/ is 0700");
+        assert_eq!(mode(&stamp), 0o600, "stamps are 0600");
+        assert_eq!(stamp_len(&stamp), 2, "each touch appends one byte");
     }
 }

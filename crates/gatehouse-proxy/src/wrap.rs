@@ -1112,7 +1112,7 @@ async fn settle_policy(
             eprintln!("gatehouse: policy is invalid, keeping the last good policy:\n{err}");
             recorder.event(
                 EngineEvent::new(
-                    "policy_invalid",
+                    gatehouse_store::event_types::POLICY_INVALID,
                     gatehouse_engine::Severity::High,
                     gatehouse_engine::Action::Alert,
                     "policy.invalid",

@@ -32,6 +32,9 @@ pub enum ControlError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The home directory belongs to another user (the whole message).
+    #[error("{0}")]
+    ForeignHome(String),
     /// No control plane is running for this home.
     #[error("no control plane is running for {0} (start one with `gatehouse up`)")]
     NotRunning(PathBuf),
@@ -101,9 +104,18 @@ fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Control
     move |source| ControlError::Io { what, path, source }
 }
 
+/// Why `home` cannot be made ready: a directory of another user says so
+/// (not "creating …", which it is not).
+fn home_error(home: &Path, e: std::io::Error) -> ControlError {
+    match gatehouse_store::home::foreign_dir(&e) {
+        Some(foreign) => ControlError::ForeignHome(foreign.to_string()),
+        None => io("creating", home)(e),
+    }
+}
+
 /// Tries to become the control plane for `home` (created 0700 if missing).
 pub fn acquire(home: &Path) -> Result<Acquired, ControlError> {
-    gatehouse_store::home::ensure_private_dir(home).map_err(io("creating", home))?;
+    gatehouse_store::home::ensure_private_dir(home).map_err(|e| home_error(home, e))?;
     let path = home.join(LOCK_FILE);
     let file = open_private(&path, false).map_err(io("opening", &path))?;
     match FileExt::try_lock_exclusive(&file) {
@@ -260,6 +272,25 @@ fn http(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_home_of_another_user_says_so() {
+        let home = Path::new("/tmp/x/gh");
+        let foreign = std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            gatehouse_store::home::ForeignDir(home.to_path_buf()),
+        );
+        let text = home_error(home, foreign).to_string();
+        assert!(
+            text.starts_with("/tmp/x/gh belongs to another user") && !text.contains("creating"),
+            "{text}"
+        );
+        let other = home_error(home, std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert!(
+            other.to_string().starts_with("creating /tmp/x/gh: "),
+            "{other}"
+        );
+    }
 
     #[test]
     fn second_acquire_sees_the_first() {

@@ -29,6 +29,12 @@ pub enum ApiError {
     /// Malformed input; the message names the field, never echoes values.
     #[error("{0}")]
     BadRequest(String),
+    /// A request body that is not declared as JSON.
+    #[error("send the request body as JSON, with `Content-Type: application/json`")]
+    UnsupportedMediaType,
+    /// A request body over the size limit.
+    #[error("the request body is too large")]
+    TooLarge,
     /// The named thing does not exist.
     #[error("{0} not found")]
     NotFound(&'static str),
@@ -54,6 +60,8 @@ impl ApiError {
             ApiError::TicketInvalid => "ticket_invalid",
             ApiError::ChallengeFailed => "challenge_failed",
             ApiError::BadRequest(_) => "bad_request",
+            ApiError::UnsupportedMediaType => "unsupported_media_type",
+            ApiError::TooLarge => "too_large",
             ApiError::NotFound(_) => "not_found",
             ApiError::Conflict(_) => "conflict",
             ApiError::Unavailable(_) => "unavailable",
@@ -71,6 +79,8 @@ impl ApiError {
             | ApiError::TicketInvalid
             | ApiError::ChallengeFailed => StatusCode::UNAUTHORIZED,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unavailable(_) => StatusCode::NOT_IMPLEMENTED,
@@ -104,3 +114,94 @@ impl IntoResponse for ApiError {
 
 /// Result alias for handlers.
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// Turns axum's own rejections (bad JSON, a missing `Content-Type`, a wrong
+/// field type, a bad query string, a body over the limit: plain-text 4xx
+/// responses that may quote the request) into the JSON error format. The
+/// message names the field at most, never a value from the request.
+pub(crate) async fn rejections_as_api_errors(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let api = req.uri().path().starts_with("/api/");
+    let resp = next.run(req).await;
+    let plain = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/plain"));
+    let status = resp.status();
+    let rejection = matches!(
+        status,
+        StatusCode::BAD_REQUEST
+            | StatusCode::PAYLOAD_TOO_LARGE
+            | StatusCode::UNSUPPORTED_MEDIA_TYPE
+            | StatusCode::UNPROCESSABLE_ENTITY
+    );
+    if !api || !plain || !rejection {
+        return resp;
+    }
+    let error = match status {
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::UnsupportedMediaType,
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge,
+        _ => {
+            let text = axum::body::to_bytes(resp.into_body(), 64 * 1024)
+                .await
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default();
+            ApiError::BadRequest(describe_rejection(&text))
+        }
+    };
+    error.into_response()
+}
+
+/// What was wrong with a request, from axum's rejection text, without any
+/// value from the request: `missing field `text``, `field `token` has the
+/// wrong type or value`, `the request body is not valid JSON`.
+fn describe_rejection(text: &str) -> String {
+    if text.starts_with("Failed to parse the request body as JSON")
+        || text.starts_with("Failed to buffer the request body")
+    {
+        return "the request body is not valid JSON".to_owned();
+    }
+    let what = if text.starts_with("Failed to deserialize query string") {
+        "query"
+    } else if text.starts_with("Failed to deserialize the JSON body") {
+        "request body"
+    } else {
+        "request"
+    };
+    // axum: "<prefix>: <path>: <serde message>" (the path from serde_path_to_error).
+    let detail = text.split_once(": ").map_or("", |(_, rest)| rest);
+    if let Some(name) = between(detail, "missing field `", "`") {
+        return format!("the {what} is missing field `{}`", cap(name));
+    }
+    if detail.contains("unknown field `") {
+        // The name is the request's own key: it could be anything.
+        return format!("the {what} has an unknown field");
+    }
+    match detail.split_once(": ") {
+        Some((path, _)) if !path.is_empty() && path != "." && !path.contains(['"', '`', ' ']) => {
+            format!(
+                "field `{}` of the {what} has the wrong type or value",
+                cap(path)
+            )
+        }
+        _ => format!("the {what} does not have the expected shape"),
+    }
+}
+
+fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    let from = text.find(start)? + start.len();
+    let len = text[from..].find(end)?;
+    Some(&text[from..from + len])
+}
+
+/// Field names come from the request too: keep them short.
+fn cap(name: &str) -> String {
+    if name.chars().count() > 64 {
+        name.chars().take(64).chain(['…']).collect()
+    } else {
+        name.to_owned()
+    }
+}

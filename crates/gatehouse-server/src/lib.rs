@@ -265,6 +265,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(static_file)
         .with_state(state)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(error::rejections_as_api_errors))
         .layer(axum::middleware::from_fn_with_state(
             allowed,
             guard::check_request,
@@ -376,6 +377,7 @@ pub async fn serve(config: ServerConfig) -> Result<ServerHandle, ServeError> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let state = AppState::new(&config, addr.port(), cli_secret.clone(), shutdown_rx);
     tokio::spawn(stream::tail_events(state.clone(), config.poll_interval));
+    tokio::spawn(protection::end_pauses(state.clone()));
     let app = router(state.clone());
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {

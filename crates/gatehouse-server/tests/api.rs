@@ -1702,3 +1702,118 @@ async fn held_servers_are_approved_from_the_inbox() {
         events.body
     );
 }
+
+/// A raw POST with exactly `content_type` and `body` (no JSON helper).
+async fn raw_post(
+    h: &Harness,
+    uri: &str,
+    token: Option<&str>,
+    content_type: Option<&str>,
+    body: &str,
+) -> Resp {
+    let mut b = Request::builder()
+        .method(Method::POST)
+        .uri(uri)
+        .header("host", HOST)
+        .header("origin", ORIGIN);
+    if let Some(t) = token {
+        b = b.header("authorization", format!("Bearer {t}"));
+    }
+    if let Some(ct) = content_type {
+        b = b.header("content-type", ct);
+    }
+    h.send(b.body(Body::from(body.to_owned())).unwrap()).await
+}
+
+#[tokio::test]
+async fn body_rejections_are_json_errors_without_values() {
+    let h = Harness::new().await;
+    let t = h.sign_in().await;
+    let json = Some("application/json");
+    for (uri, token, content_type, body, status, code, says) in [
+        (
+            "/api/auth/signin",
+            None,
+            json,
+            r#"{"token":12345678}"#,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "field `token`",
+        ),
+        (
+            "/api/auth/signin",
+            None,
+            json,
+            r#"{"token":"#,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "not valid JSON",
+        ),
+        (
+            "/api/auth/signin",
+            None,
+            json,
+            r#"{}"#,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "missing field `token`",
+        ),
+        (
+            "/api/auth/signin",
+            None,
+            None,
+            r#"{"token":"12345678"}"#,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "Content-Type: application/json",
+        ),
+        (
+            "/api/policy/validate",
+            Some(t.as_str()),
+            json,
+            r#"{"text":12345678}"#,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "field `text`",
+        ),
+        (
+            "/api/policy/validate",
+            Some(t.as_str()),
+            json,
+            r#"{"text":"12345678"#,
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "not valid JSON",
+        ),
+        (
+            "/api/policy/validate",
+            Some(t.as_str()),
+            Some("text/plain"),
+            "12345678",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "JSON",
+        ),
+    ] {
+        let r = raw_post(&h, uri, token, content_type, body).await;
+        assert!(
+            r.headers["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json"),
+            "{uri} {body}: JSON, not text: {:?}",
+            r.body
+        );
+        expect_error(&r, status, code);
+        let message = r.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(says),
+            "{uri} {body}: says {says:?}: {message}"
+        );
+        assert!(
+            !r.body.to_string().contains("12345678"),
+            "{uri} {body}: never echoes a value: {}",
+            r.body
+        );
+    }
+}

@@ -6,6 +6,13 @@
 //! `StoreOptions::event_aggregation_ms` share one row whose `count` grows
 //! (one `INSERT … ON CONFLICT DO UPDATE` statement, keyed by a hash of those
 //! fields and the slot). The first event's reason and evidence are kept.
+//!
+//! The reason is not part of the key in general: under a flood the reasons
+//! of one (server, rule) differ in details (sizes, names), and folding them
+//! is what bounds the table. The exception is the types in
+//! [`REASON_KEYED_TYPES`], whose reason *is* the finding (a policy file's
+//! diagnostics): two different reasons are two rows, so no error hides
+//! behind another's count.
 
 use sha2::{Digest, Sha256};
 use sqlx::{QueryBuilder, Sqlite};
@@ -29,6 +36,17 @@ pub mod event_types {
     pub const FRAME_DROPPED: &str = "frame_dropped";
     pub const ENV_STRIPPED: &str = "env_stripped";
     pub const PIN_MAC_INVALID: &str = "pin_mac_invalid";
+    pub const POLICY_INVALID: &str = "policy_invalid";
+    /// A pause ended (by a person, or by itself at its deadline).
+    pub const PROTECTION_RESUMED: &str = "protection_resumed";
+}
+
+/// Event types whose reason is part of the aggregation key (see the module
+/// docs): identical reasons still fold, different ones never do.
+pub const REASON_KEYED_TYPES: &[&str] = &[event_types::POLICY_INVALID];
+
+fn reason_keyed(event_type: &str) -> bool {
+    REASON_KEYED_TYPES.contains(&event_type)
 }
 
 /// What was done.
@@ -304,6 +322,9 @@ fn aggregation_key(event: &NewEvent, slot_ms: i64) -> Option<i64> {
     put(event.rule.as_deref());
     put(Some(event.severity.as_str()));
     put(event.session.as_deref());
+    if reason_keyed(&event.event_type) {
+        put(Some(&event.reason));
+    }
     hash.update(event.time_ms.div_euclid(slot_ms).to_be_bytes());
     let digest = hash.finalize();
     let mut first = [0u8; 8];
@@ -378,6 +399,7 @@ fn same_aggregate(a: &NewEvent, b: &NewEvent) -> bool {
         && a.rule == b.rule
         && a.severity == b.severity
         && a.session == b.session
+        && (!reason_keyed(&a.event_type) || a.reason == b.reason)
 }
 
 /// Folded events per statement batch at most (13 values each; SQLite
@@ -408,10 +430,21 @@ fn upsert_event_sql(first: usize) -> String {
          WHERE type = excluded.type AND server_id IS excluded.server_id \
            AND tool IS excluded.tool AND action = excluded.action \
            AND rule IS excluded.rule AND severity = excluded.severity \
-           AND session IS excluded.session",
+           AND session IS excluded.session \
+           AND (reason = excluded.reason OR type NOT IN ({}))",
         event_params(first),
-        first + 12
+        first + 12,
+        reason_keyed_sql()
     )
+}
+
+/// [`REASON_KEYED_TYPES`] as an SQL list (constant names, `[a-z_]` only).
+fn reason_keyed_sql() -> String {
+    REASON_KEYED_TYPES
+        .iter()
+        .map(|t| format!("'{t}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Inserts the event bound at `?first`… on a row of its own.
@@ -466,6 +499,22 @@ fn batch_sql(chunk: &[Folded<'_>]) -> String {
     }
     sql.push_str("COMMIT");
     sql
+}
+
+/// Records `event` on `conn` (inside the caller's transaction), folding
+/// it like [`Store::insert_event`].
+pub(crate) async fn insert_on(
+    conn: &mut sqlx::SqliteConnection,
+    event: &NewEvent,
+    aggregation_ms: i64,
+) -> Result<i64> {
+    let one = Folded {
+        event,
+        key: aggregation_key(event, aggregation_ms),
+        count: 1,
+        last_time_ms: event.time_ms,
+    };
+    insert_one(conn, &one).await
 }
 
 async fn insert_one(conn: &mut sqlx::SqliteConnection, one: &Folded<'_>) -> Result<i64> {
@@ -871,6 +920,68 @@ mod tests {
             .unwrap();
         assert_ne!(next_slot, a, "a new slot starts a new row");
         assert_eq!(store.latest_event_id().await.unwrap(), next_slot);
+    }
+
+    #[tokio::test]
+    async fn different_policy_errors_never_fold_into_one() {
+        let store = mem().await; // 1000 ms slots
+        let invalid = |t: i64, reason: &str| NewEvent {
+            server_id: Some("s".into()),
+            ..NewEvent::new(
+                t,
+                event_types::POLICY_INVALID,
+                Action::Alert,
+                Severity::High,
+                reason,
+            )
+        };
+        let reasons = [
+            "policy.toml:2:1: unknown field `fail_closd`",
+            "policy.toml:1:8: unknown value",
+            "policy.toml:3:19: `limits.max_frame_bytes`: invalid type",
+            "policy.toml:1:1: not valid UTF-8",
+        ];
+        let mut ids = Vec::new();
+        for (i, reason) in reasons.iter().enumerate() {
+            ids.push(
+                store
+                    .insert_event(&invalid(10_000 + i as i64, reason))
+                    .await
+                    .unwrap(),
+            );
+        }
+        ids.dedup();
+        assert_eq!(ids.len(), 4, "each distinct reason keeps its own row");
+        let again = store
+            .insert_event(&invalid(10_500, reasons[0]))
+            .await
+            .unwrap();
+        assert_eq!(again, ids[0], "the same reason still folds");
+        assert_eq!(store.get_event(ids[0]).await.unwrap().unwrap().count, 2);
+        // In a batch too.
+        let batch: Vec<NewEvent> = reasons.iter().map(|r| invalid(20_000, r)).collect();
+        assert_eq!(store.insert_events(&batch).await.unwrap(), 4);
+        let rows = store.query_events(&EventFilter::default()).await.unwrap();
+        assert_eq!(rows.len(), 8, "four rows per slot, one per reason");
+        // Other types still fold by (server, rule) whatever the reason.
+        let a = store
+            .insert_event(&ev(
+                30_000,
+                "frame_dropped",
+                "s",
+                Action::Block,
+                Severity::High,
+            ))
+            .await
+            .unwrap();
+        let b = store
+            .insert_event(&NewEvent {
+                reason: "another size".into(),
+                ..ev(30_001, "frame_dropped", "s", Action::Block, Severity::High)
+            })
+            .await
+            .unwrap();
+        assert_eq!(a, b, "floods of other types still fold");
     }
 
     #[tokio::test]

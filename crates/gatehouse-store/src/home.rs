@@ -52,15 +52,38 @@ fn user_home() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// Creates `dir` (and parents) and makes it private to this user (0700 on Unix).
+/// Creates `dir` (and parents) and makes it private to this user (0700 on
+/// Unix). A directory that exists but belongs to another user (only its
+/// owner may change its mode) is a [`ForeignDir`] error that says so.
 pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| foreign_or(dir, e))?;
     }
     Ok(())
+}
+
+/// A home directory that another user owns: Gatehouse cannot make it
+/// private, so it will not use it.
+#[derive(Debug, thiserror::Error)]
+#[error("{} belongs to another user and cannot be used as a Gatehouse home; choose a directory of your own (--home or GATEHOUSE_HOME)", .0.display())]
+pub struct ForeignDir(pub PathBuf);
+
+/// The [`ForeignDir`] inside an error from [`ensure_private_dir`], if any.
+pub fn foreign_dir(err: &io::Error) -> Option<&ForeignDir> {
+    err.get_ref()?.downcast_ref::<ForeignDir>()
+}
+
+/// A refused mode change on an existing directory means it is not ours.
+fn foreign_or(dir: &Path, err: io::Error) -> io::Error {
+    if err.kind() == io::ErrorKind::PermissionDenied {
+        io::Error::new(err.kind(), ForeignDir(dir.to_path_buf()))
+    } else {
+        err
+    }
 }
 
 /// Makes an existing file readable and writable by this user only (0600 on Unix).
@@ -127,6 +150,21 @@ mod tests {
         std::fs::remove_dir_all(&tmp).unwrap();
         assert_eq!(first, second, "every process must see the same install key");
         assert_ne!(first, [0u8; 32]);
+    }
+
+    #[test]
+    fn a_directory_of_another_user_is_named_as_such() {
+        // What chmod on a directory this user does not own fails with.
+        let eperm = io::Error::from(io::ErrorKind::PermissionDenied);
+        let err = foreign_or(Path::new("/tmp/x/gh"), eperm);
+        let text = err.to_string();
+        assert!(
+            text.contains("/tmp/x/gh belongs to another user") && !text.contains("creating"),
+            "{text}"
+        );
+        assert!(foreign_dir(&err).is_some());
+        let other = foreign_or(Path::new("/x"), io::Error::from(io::ErrorKind::NotFound));
+        assert!(foreign_dir(&other).is_none(), "other errors pass unchanged");
     }
 
     #[cfg(unix)]

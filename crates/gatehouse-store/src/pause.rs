@@ -2,9 +2,16 @@
 //! until its deadline every wrap process records its decisions but blocks
 //! nothing (audit only). Stored in `meta` with a MAC: a forged pause would
 //! switch protection off, so a row that does not verify pauses nothing.
+//!
+//! A pause that ends by itself is recorded once: the first process that
+//! sees it over (the control plane, or any wrap) calls
+//! [`Store::end_expired_pause`], which deletes exactly that MAC'd row and
+//! records `protection_resumed` in one transaction; every later caller finds
+//! no row and records nothing.
 
 use crate::db::Store;
 use crate::error::Result;
+use crate::events::{event_types, Action, NewEvent, Severity};
 use crate::mac::{self, Field, MacKey};
 
 const KEY: &str = "protection.pause";
@@ -79,6 +86,28 @@ impl Store {
         self.delete_meta(KEY).await
     }
 
+    /// Ends a verified pause whose deadline is past (at `now_ms`): deletes
+    /// exactly that row and records one `protection_resumed` event (at the
+    /// deadline), in one transaction. Returns the pause it ended; `None`
+    /// when there was nothing to end (no row, still active, forged, or
+    /// another process ended it first).
+    pub async fn end_expired_pause(&self, key: &MacKey, now_ms: i64) -> Result<Option<Pause>> {
+        let _gate = self.write_gate().await;
+        let mut conn = self.pool().acquire().await?;
+        sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+        let result =
+            end_expired_in(&mut conn, key, now_ms, self.options().event_aggregation_ms).await;
+        let end = if matches!(result, Ok(Some(_))) {
+            "COMMIT"
+        } else {
+            "ROLLBACK"
+        };
+        let closed = sqlx::query(end).execute(&mut *conn).await;
+        let ended = result?;
+        closed?;
+        Ok(ended)
+    }
+
     /// The stored pause, verified with `key`.
     pub async fn pause(&self, key: &MacKey) -> Result<PauseRecord> {
         Ok(match self.get_meta(KEY).await? {
@@ -86,6 +115,45 @@ impl Store {
             Some(value) => parse(key, &value),
         })
     }
+}
+
+async fn end_expired_in(
+    conn: &mut sqlx::SqliteConnection,
+    key: &MacKey,
+    now_ms: i64,
+    aggregation_ms: i64,
+) -> Result<Option<Pause>> {
+    let value: Option<String> = sqlx::query_scalar("SELECT value FROM meta WHERE key = ?")
+        .bind(KEY)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let PauseRecord::Set(pause) = parse(key, &value) else {
+        return Ok(None);
+    };
+    if pause.active_at(now_ms) {
+        return Ok(None);
+    }
+    let gone = sqlx::query("DELETE FROM meta WHERE key = ? AND value = ?")
+        .bind(KEY)
+        .bind(&value)
+        .execute(&mut *conn)
+        .await?;
+    if gone.rows_affected() != 1 {
+        return Ok(None);
+    }
+    let mut event = NewEvent::new(
+        pause.until_ms,
+        event_types::PROTECTION_RESUMED,
+        Action::Audit,
+        Severity::Info,
+        "protection resumed: the pause ended",
+    );
+    event.rule = Some("protection.pause".to_owned());
+    crate::events::insert_on(conn, &event, aggregation_ms).await?;
+    Ok(Some(pause))
 }
 
 #[cfg(test)]
@@ -134,5 +202,46 @@ mod tests {
         assert!(store.clear_pause().await.unwrap());
         assert_eq!(store.pause(&key).await.unwrap(), PauseRecord::None);
         assert!(!store.clear_pause().await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_pause_that_ends_by_itself_is_recorded_once() {
+        let store = mem().await;
+        let key = key();
+        let resumed = |store: Store| async move {
+            store
+                .query_events(&crate::EventFilter::default())
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.event_type == event_types::PROTECTION_RESUMED)
+                .collect::<Vec<_>>()
+        };
+        store.set_pause(&key, 30_000, 0).await.unwrap();
+        assert_eq!(
+            store.end_expired_pause(&key, 29_999).await.unwrap(),
+            None,
+            "an active pause is left alone"
+        );
+        // A forged row is never "ended" (and so never announced).
+        let other = MacKey::new([9; 32]);
+        assert_eq!(store.end_expired_pause(&other, 40_000).await.unwrap(), None);
+        assert!(resumed(store.clone()).await.is_empty());
+
+        // Several processes notice the deadline: one records it.
+        let (a, b, c) = tokio::join!(
+            store.end_expired_pause(&key, 30_000),
+            store.end_expired_pause(&key, 30_250),
+            store.end_expired_pause(&key, 31_000),
+        );
+        let ended: Vec<_> = [a, b, c].into_iter().filter_map(|r| r.unwrap()).collect();
+        assert_eq!(ended.len(), 1, "exactly one caller ends the pause");
+        let events = resumed(store.clone()).await;
+        assert_eq!(events.len(), 1, "one protection_resumed event");
+        assert_eq!(events[0].time_ms, 30_000, "recorded at the deadline");
+        assert!(events[0].reason.contains("the pause ended"));
+        assert_eq!(store.pause(&key).await.unwrap(), PauseRecord::None);
+        assert_eq!(store.end_expired_pause(&key, 99_000).await.unwrap(), None);
+        assert_eq!(resumed(store.clone()).await.len(), 1);
     }
 }

@@ -12,7 +12,7 @@ use super::store_access::{format_time, home_dir, mac_key, open, parse_age, runti
 
 #[derive(Args)]
 pub struct PauseArgs {
-    /// How long, e.g. 15m, 1h, 4h (at most 24h).
+    /// How long, e.g. 30s, 15m, 1h, 4h (1s to 24h).
     #[arg(long = "for", default_value = "1h")]
     duration: String,
     #[arg(long)]
@@ -26,15 +26,15 @@ pub struct ResumeArgs {
 }
 
 pub fn run_pause(args: PauseArgs) -> anyhow::Result<ExitCode> {
+    // Exactly as long as asked (the deadline is stored in ms); the range
+    // (1 s to 24 h) is checked by `protection::pause_for`.
     let ms = parse_age(&args.duration)?;
-    // whole minutes, rounded up; the range is checked by `protection::pause`
-    let minutes = u32::try_from((ms + 59_999) / 60_000).unwrap_or(u32::MAX);
     let home = home_dir(args.home.as_deref());
     let key = mac_key(&home)?;
     runtime()?.block_on(async {
         let store = open(&home).await?;
         let now = gatehouse_store::now_ms();
-        let pause = protection::pause(&store, &key, minutes, now, "gatehouse pause").await?;
+        let pause = protection::pause_for(&store, &key, ms, now, "gatehouse pause").await?;
         outln!(
             "protection paused until {} (audit only: decisions are recorded, nothing is blocked); `gatehouse resume` ends it sooner",
             format_time(pause.until_ms)

@@ -4,7 +4,7 @@
 //! stdout gets exactly one line, `Dashboard: <sign-in URL>`; everything else
 //! goes to stderr.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -101,6 +101,9 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
     };
+    if let Some(line) = policy_notice(&home) {
+        eprintln!("{line}");
+    }
     if let Err(e) = gatehouse_vault::session_bus::remember(&home) {
         eprintln!("gatehouse: could not remember the session bus address: {e}");
     }
@@ -162,6 +165,30 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
         drop(lock);
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// First run writes the commented default `policy.toml` (as wrap does);
+/// an invalid policy is one console line naming `file:line:column`. The
+/// wraps keep running on the last good policy and record `policy_invalid`.
+fn policy_notice(home: &Path) -> Option<String> {
+    if let Err(e) = gatehouse_config::write_default_if_missing(home) {
+        return Some(format!(
+            "gatehouse: could not write the default {}: {e}",
+            home.join(gatehouse_config::POLICY_FILE).display()
+        ));
+    }
+    let err = gatehouse_config::load(home).err()?;
+    let what = match err.diagnostics() {
+        [] => err.to_string(),
+        [first] => first.to_string(),
+        [first, rest @ ..] => format!(
+            "{first} (and {} more: `gatehouse policy check`)",
+            rest.len()
+        ),
+    };
+    Some(format!(
+        "gatehouse: policy is invalid, the last good policy stays in force: {what}"
+    ))
 }
 
 /// The OS keyring, if it answers within two seconds; else secrets are unavailable.

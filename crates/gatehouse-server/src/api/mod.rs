@@ -54,8 +54,8 @@ pub mod event_types {
     pub const CLIENT_CONFIG_REPAIRED: &str = "client_config_repaired";
     /// Protection was paused (audit only until a deadline).
     pub const PROTECTION_PAUSED: &str = "protection_paused";
-    /// A pause was ended before its deadline.
-    pub const PROTECTION_RESUMED: &str = "protection_resumed";
+    /// A pause ended: a person ended it, or it reached its deadline.
+    pub const PROTECTION_RESUMED: &str = gatehouse_store::event_types::PROTECTION_RESUMED;
 }
 
 /// Maps store failures to safe API errors.

@@ -23,7 +23,7 @@ pub(crate) fn state_json(state: ProtectionState) -> Value {
 
 fn pause_err(e: PauseError) -> ApiError {
     match e {
-        PauseError::Length(_) => ApiError::BadRequest(e.to_string()),
+        PauseError::Length(_) | PauseError::Duration => ApiError::BadRequest(e.to_string()),
         PauseError::Store(e) => store_err(e),
     }
 }
