@@ -189,6 +189,13 @@ pub fn compile_last_good(record: &str) -> Result<LoadedPolicy, PolicyError> {
 }
 
 /// Validates one text on its own (what `gatehouse policy check FILE` does).
+/// [`check_text`] for a file's bytes: a file that is not UTF-8 is invalid,
+/// its diagnostic at the first bad byte.
+pub fn check_bytes(name: &str, bytes: &[u8]) -> Result<LoadedPolicy, PolicyError> {
+    let text = utf8_text(Path::new(name), bytes.to_vec())?;
+    check_text(name, &text)
+}
+
 pub fn check_text(name: &str, text: &str) -> Result<LoadedPolicy, PolicyError> {
     compile(vec![PolicySource {
         role: SourceRole::Local,

@@ -1137,6 +1137,36 @@ async fn changed_tool_consent_accept_needs_the_hash() {
     );
 }
 
+/// A policy file that is not UTF-8 is shown invalid, with the position of
+/// its first bad byte, and can be replaced from the editor: not a 500.
+#[tokio::test]
+async fn a_policy_file_that_is_not_utf8_is_invalid_not_an_error() {
+    let (h, t) = seeded().await;
+    std::fs::write(
+        h.home.path().join("policy.toml"),
+        b"mode = \"audit\"\n# caf\xe9\n",
+    )
+    .unwrap();
+    let got = h.get("/api/policy", &t).await;
+    assert_eq!(got.status, StatusCode::OK, "{:?}", got.body);
+    assert_eq!(got.body["valid"], false);
+    assert_eq!(got.body["diagnostics"][0]["line"], 2, "{:?}", got.body);
+    assert!(got.body["diagnostics"][0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("not valid UTF-8"));
+    let saved = h
+        .call(
+            Method::PUT,
+            "/api/policy",
+            Some(&t),
+            Some(json!({ "text": "mode = \"audit\"\n", "base_sha256": got.body["sha256"] })),
+        )
+        .await
+        .body;
+    assert_eq!(saved["saved"], true, "{saved:?}");
+}
+
 #[tokio::test]
 async fn policy_read_validate_save_generate() {
     let (h, t) = seeded().await;

@@ -11,8 +11,8 @@
 //! of one (server, rule) differ in details (sizes, names), and folding them
 //! is what bounds the table. The exception is the types in
 //! [`REASON_KEYED_TYPES`], whose reason *is* the finding (a policy file's
-//! diagnostics): two different reasons are two rows, so no error hides
-//! behind another's count.
+//! diagnostics, a pause's length): two different reasons are two rows, so
+//! none hides behind another's count.
 
 use sha2::{Digest, Sha256};
 use sqlx::{QueryBuilder, Sqlite};
@@ -37,13 +37,21 @@ pub mod event_types {
     pub const ENV_STRIPPED: &str = "env_stripped";
     pub const PIN_MAC_INVALID: &str = "pin_mac_invalid";
     pub const POLICY_INVALID: &str = "policy_invalid";
+    /// Protection was paused (who, for how long).
+    pub const PROTECTION_PAUSED: &str = "protection_paused";
     /// A pause ended (by a person, or by itself at its deadline).
     pub const PROTECTION_RESUMED: &str = "protection_resumed";
 }
 
 /// Event types whose reason is part of the aggregation key (see the module
-/// docs): identical reasons still fold, different ones never do.
-pub const REASON_KEYED_TYPES: &[&str] = &[event_types::POLICY_INVALID];
+/// docs): identical reasons still fold, different ones never do. A pause
+/// and its end are the record of who switched protection off, and for how
+/// long: two pauses in one second are two rows.
+pub const REASON_KEYED_TYPES: &[&str] = &[
+    event_types::POLICY_INVALID,
+    event_types::PROTECTION_PAUSED,
+    event_types::PROTECTION_RESUMED,
+];
 
 fn reason_keyed(event_type: &str) -> bool {
     REASON_KEYED_TYPES.contains(&event_type)
@@ -920,6 +928,32 @@ mod tests {
             .unwrap();
         assert_ne!(next_slot, a, "a new slot starts a new row");
         assert_eq!(store.latest_event_id().await.unwrap(), next_slot);
+    }
+
+    #[tokio::test]
+    async fn two_pauses_in_one_second_are_two_rows() {
+        let store = mem().await; // 1000 ms slots
+        let pause = |t: i64, reason: &str| {
+            NewEvent::new(
+                t,
+                event_types::PROTECTION_PAUSED,
+                Action::Alert,
+                Severity::High,
+                reason,
+            )
+        };
+        let first = store
+            .insert_event(&pause(10_000, "paused by cli for 1 h"))
+            .await
+            .unwrap();
+        let second = store
+            .insert_event(&pause(10_100, "paused by cli for 3 s"))
+            .await
+            .unwrap();
+        assert_ne!(
+            first, second,
+            "who paused for how long is never folded away"
+        );
     }
 
     #[tokio::test]

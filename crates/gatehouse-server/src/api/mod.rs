@@ -53,7 +53,7 @@ pub mod event_types {
     /// Wrapped entries were pointed at the current binary at start.
     pub const CLIENT_CONFIG_REPAIRED: &str = "client_config_repaired";
     /// Protection was paused (audit only until a deadline).
-    pub const PROTECTION_PAUSED: &str = "protection_paused";
+    pub const PROTECTION_PAUSED: &str = gatehouse_store::event_types::PROTECTION_PAUSED;
     /// A pause ended: a person ended it, or it reached its deadline.
     pub const PROTECTION_RESUMED: &str = gatehouse_store::event_types::PROTECTION_RESUMED;
 }

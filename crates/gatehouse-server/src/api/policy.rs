@@ -23,7 +23,13 @@ fn path(state: &AppState) -> std::path::PathBuf {
 
 /// Validation result as JSON.
 pub fn validate(text: &str) -> Value {
-    match gatehouse_config::check_text(gatehouse_config::POLICY_FILE, text) {
+    validate_bytes(text.as_bytes())
+}
+
+/// Validation of a file's bytes: one that is not UTF-8 is invalid, with a
+/// diagnostic at its first bad byte.
+fn validate_bytes(bytes: &[u8]) -> Value {
+    match gatehouse_config::check_bytes(gatehouse_config::POLICY_FILE, bytes) {
         Ok(loaded) => {
             json!({ "valid": true, "diagnostics": [], "warnings": loaded.warnings.iter().map(diag).collect::<Vec<_>>() })
         }
@@ -41,20 +47,25 @@ fn sha(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
-fn read(state: &AppState) -> ApiResult<(String, bool)> {
-    match std::fs::read_to_string(path(state)) {
-        Ok(t) => Ok((t, true)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Ok((gatehouse_config::default_policy_toml().to_owned(), false))
-        }
+/// The policy file's bytes (the default policy when there is none) and
+/// whether it exists.
+fn read(state: &AppState) -> ApiResult<(Vec<u8>, bool)> {
+    match std::fs::read(path(state)) {
+        Ok(bytes) => Ok((bytes, true)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((
+            gatehouse_config::default_policy_toml().as_bytes().to_vec(),
+            false,
+        )),
         Err(e) => Err(ApiError::internal(format!("reading policy: {e}"))),
     }
 }
 
-/// `GET /api/policy`
+/// `GET /api/policy`. A file that is not UTF-8 is shown with replacement
+/// characters and reported invalid, never a server error.
 pub(crate) async fn get(State(state): State<AppState>, _who: Authed) -> ApiResult<Json<Value>> {
-    let (text, exists) = read(&state)?;
-    let mut v = validate(&text);
+    let (bytes, exists) = read(&state)?;
+    let mut v = validate_bytes(&bytes);
+    let text = String::from_utf8_lossy(&bytes);
     v["text"] = json!(text);
     v["exists"] = json!(exists);
     v["sha256"] = json!(sha(&text));
@@ -90,7 +101,7 @@ pub(crate) async fn save(
     let (current, _) = read(&state)?;
     if b.base_sha256
         .as_deref()
-        .is_some_and(|base| base != sha(&current))
+        .is_some_and(|base| base != sha(&String::from_utf8_lossy(&current)))
     {
         return Err(ApiError::Conflict(
             "the policy changed since you opened it; reload and re-apply your edit".into(),
