@@ -637,9 +637,15 @@ impl<I: Inspector> Relay<I> {
                     return Verdict::Drop;
                 }
                 self.progress_tokens.remove(id);
-                match self.pending.remove(id) {
-                    Some(pending) => self.inspect_response(pending, msg, out),
-                    None => Verdict::Forward,
+                match (self.pending.remove(id), msg.result()) {
+                    (Some(pending), _) => self.inspect_response(pending, msg, out),
+                    // An answer to nothing in flight (a second answer to one
+                    // request, or to a line Gatehouse passed unread) is
+                    // scanned like any result before it reaches the client.
+                    (None, Some(result)) => {
+                        self.inspect_result(msg, "unmatched response", None, result, out)
+                    }
+                    (None, None) => Verdict::Forward,
                 }
             }
             MessageKind::Request { id, method } => self.server_request(id, method, msg, out),
