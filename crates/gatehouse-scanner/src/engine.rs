@@ -184,7 +184,8 @@ struct Ctx<'a> {
     /// Carriers in `raw` of a credential hidden or encoded in them (a base64
     /// blob of a token): redacted from evidence, like the credentials.
     carriers: Vec<Range<usize>>,
-    /// What evidence redacts: both of the above, merged.
+    /// What evidence redacts: both of the above and values labelled as
+    /// secrets (`password: …`), merged.
     redacted: std::cell::OnceCell<Vec<secrets::SecretMatch>>,
 }
 
@@ -195,7 +196,7 @@ impl Ctx<'_> {
 
     fn redacted(&self) -> &[secrets::SecretMatch] {
         self.redacted
-            .get_or_init(|| secrets::with_carriers(self.secrets(), &self.carriers))
+            .get_or_init(|| secrets::evidence_spans(self.raw, self.secrets(), &self.carriers))
     }
 
     /// A `secret.<kind>` finding for every credential in `raw` that is not
@@ -1429,7 +1430,8 @@ fn context(
 
 /// [`context`] for a string not scanned through a `Ctx`.
 fn whole_context(sc: &Scanner, raw: &str, range: Range<usize>) -> String {
-    context(sc, raw, range, &secrets::find_secrets(raw))
+    let hidden = secrets::evidence_spans(raw, &secrets::find_secrets(raw), &[]);
+    context(sc, raw, range, &hidden)
 }
 
 /// The byte offset `n` characters before `at` (or 0).

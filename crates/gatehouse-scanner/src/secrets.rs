@@ -218,19 +218,44 @@ pub fn find_secrets(text: &str) -> Vec<SecretMatch> {
     out
 }
 
-/// `found` plus `carriers` (spans that hold a credential in encoded form,
-/// described as `encoded_secret`), overlapping spans merged into one: what
-/// [`redact_shown`] hides.
-pub fn with_carriers(
+/// A value after a label that names it a secret (`password: …`,
+/// `"api_key": "…"`, `token=…`): not a credential pattern of its own (its
+/// shape says nothing), but never shown in evidence.
+const LABELLED_VALUE: &str = r#"(?i)\b(?:password|passwd|pwd|passphrase|secret|client[_-]?secret|api[_-]?key|access[_-]?key|auth[_-]?token|access[_-]?token|refresh[_-]?token|token|credentials?)["']?\s*[:=]\s*["']?(?P<value>[^\s"'<>,;]{4,})"#;
+
+fn labelled_values(text: &str) -> Vec<std::ops::Range<usize>> {
+    static RE: OnceLock<Option<Regex>> = OnceLock::new();
+    let Some(re) = RE.get_or_init(|| Regex::new(LABELLED_VALUE).ok()) else {
+        return Vec::new();
+    };
+    re.captures_iter(text)
+        .filter_map(|c| c.name("value"))
+        .take(MAX_MATCHES)
+        .map(|m| m.range())
+        .collect()
+}
+
+/// What evidence hides in `text`: the credentials `found` in it, values
+/// labelled as secrets (`labelled_secret`) and `carriers` — spans that hold
+/// a credential in encoded form (`encoded_secret`) — overlapping spans
+/// merged into one, for [`redact_shown`].
+pub fn evidence_spans(
+    text: &str,
     found: &[SecretMatch],
     carriers: &[std::ops::Range<usize>],
 ) -> Vec<SecretMatch> {
-    let mut all: Vec<SecretMatch> = found.to_vec();
-    all.extend(carriers.iter().map(|r| SecretMatch {
-        kind: "encoded_secret",
-        range: r.clone(),
+    let extra = |kind: &'static str, range: std::ops::Range<usize>| SecretMatch {
+        kind,
+        range,
         placeholder: false,
-    }));
+    };
+    let mut all: Vec<SecretMatch> = found.to_vec();
+    all.extend(
+        labelled_values(text)
+            .into_iter()
+            .map(|r| extra("labelled_secret", r)),
+    );
+    all.extend(carriers.iter().map(|r| extra("encoded_secret", r.clone())));
     all.sort_by_key(|m| m.range.start);
     let mut merged: Vec<SecretMatch> = Vec::with_capacity(all.len());
     for m in all {
@@ -238,7 +263,7 @@ pub fn with_carriers(
             Some(last) if m.range.start < last.range.end => {
                 if m.range.end > last.range.end {
                     last.range.end = m.range.end;
-                    last.kind = "encoded_secret";
+                    last.kind = m.kind;
                 }
             }
             _ => merged.push(m),
@@ -292,7 +317,12 @@ pub fn describe(key: &[u8], kind: &str, value: &str) -> String {
 #[cfg(test)]
 pub fn redact(key: &[u8], text: &str) -> String {
     let whole = std::iter::once(0..text.len()).collect::<Vec<_>>();
-    redact_shown(key, text, &whole, &find_secrets(text))
+    redact_shown(
+        key,
+        text,
+        &whole,
+        &evidence_spans(text, &find_secrets(text), &[]),
+    )
 }
 
 /// The `shown` byte ranges of `text` (in order, joined by `…`), with every
