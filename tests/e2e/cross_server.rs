@@ -362,6 +362,14 @@ fn linked_exfiltration_is_blocked_and_an_unrelated_send_alerts() {
         1,
         "the unrelated send is an alert: {alerts:?}"
     );
+    // Only the send that went through is recorded as an allowed call: the
+    // blocked one is the block event alone.
+    let sends_allowed: u64 = events_of(&sb, "mcp_tool_called")
+        .iter()
+        .filter(|e| e["tool"] == "send_message" && e["action"] == "allow")
+        .map(|e| e["count"].as_u64().unwrap_or(1))
+        .sum();
+    assert_eq!(sends_allowed, 1, "a blocked call is not also 'allowed'");
     let db = std::fs::read(sb.gatehouse_home().join("gatehouse.db")).unwrap();
     assert!(
         !db.windows(14).any(|w| w == b"BLUEHERON-7731"),

@@ -24,4 +24,6 @@ pub use inspect::{Finding, Inspector, NoInspector};
 pub use pins::{PinEntry, PinState, PinTable, ToolJudgement};
 pub use relay::{Relay, ServerInfo};
 pub use settings::{OnChange, ResultAction, SensitiveElicitation, Settings, ToolRule};
-pub use verdict::{Action, EngineEvent, InputRequest, Output, PinUpdate, Severity};
+pub use verdict::{
+    retract_allowed_call, Action, EngineEvent, InputRequest, Output, PinUpdate, Severity,
+};

@@ -166,3 +166,19 @@ pub struct InputRequest {
     /// Why it goes to the inbox (the rule recorded).
     pub rule: &'static str,
 }
+
+/// A call that a later stage blocked (cross-server rules, the secret egress
+/// guard) was not allowed after all: the relay's `mcp_tool_called` allow
+/// event for it is taken back from `out`, so the record shows the block
+/// only, never an allowed call beside it.
+pub fn retract_allowed_call(out: &mut Vec<Output>, tool: &str) {
+    let allowed = out.iter().rposition(|o| {
+        matches!(o, Output::Event(e)
+            if e.kind == "mcp_tool_called"
+                && e.action == Action::Allow
+                && e.tool.as_deref() == Some(tool))
+    });
+    if let Some(i) = allowed {
+        out.remove(i);
+    }
+}

@@ -366,12 +366,15 @@ impl Cross {
             out.push(Output::Event(event));
         }
         match &decision.verdict {
-            CrossVerdict::Block(finding) => out.push(Output::ToClient(blocked_answer(
-                rid,
-                &self.me.server_id,
-                tool,
-                finding,
-            ))),
+            CrossVerdict::Block(finding) => {
+                gatehouse_engine::retract_allowed_call(out, tool);
+                out.push(Output::ToClient(blocked_answer(
+                    rid,
+                    &self.me.server_id,
+                    tool,
+                    finding,
+                )))
+            }
             _ => out.push(Output::ToServer(bytes)),
         }
     }
@@ -405,6 +408,7 @@ impl Cross {
             )),
         ));
         if block {
+            gatehouse_engine::retract_allowed_call(out, tool);
             let finding = cross_server::CrossFinding {
                 rule: "cross_server.unavailable",
                 severity: Severity::Medium,

@@ -111,9 +111,13 @@ impl Egress {
                 Output::ToServer(bytes) if mentions(&bytes, b"tools/call") => {
                     match self.check(&guard, &bytes) {
                         Some((event, answer)) => {
+                            let tool = event.tool.clone().unwrap_or_default();
                             out.push(Output::Event(event));
                             match answer {
-                                Some(answer) => out.push(Output::ToClient(answer)),
+                                Some(answer) => {
+                                    gatehouse_engine::retract_allowed_call(&mut out, &tool);
+                                    out.push(Output::ToClient(answer))
+                                }
                                 None => out.push(Output::ToServer(bytes)),
                             }
                         }
