@@ -644,3 +644,13 @@ fn up_says_once_that_the_policy_is_invalid() {
         lines[0]
     );
 }
+
+#[test]
+fn scan_refuses_tool_items_that_are_not_objects() {
+    let sb = Sandbox::new();
+    let file = sb.user_home().join("scalars.json");
+    std::fs::write(&file, r#"["just a string", 42]"#).unwrap();
+    sb.run(&["scan", "--tools", &file.display().to_string()])
+        .code(2)
+        .stderr_has("item #0 is not a JSON object");
+}

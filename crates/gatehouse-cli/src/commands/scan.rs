@@ -41,7 +41,8 @@ pub fn run(args: ScanArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     })?;
     let verdicts = if let Some(path) = &args.tools {
-        scan_tools(&scanner, &read_items(path)?)
+        let items = tool_items(read_items(path)?).with_context(|| path.display().to_string())?;
+        scan_tools(&scanner, &items)
     } else if let Some(path) = &args.results {
         scan_results(&scanner, &read_items(path)?)
     } else if !args.command.is_empty() {
@@ -191,6 +192,19 @@ fn item_id(v: &Value) -> Option<String> {
             .map(str::to_string)
             .or_else(|| i.as_i64().map(|n| n.to_string()))
     })
+}
+
+/// `--tools` items are objects (a definition, a `tools/list` result, a
+/// JSON-RPC response or a labelled record): a string or a number is no tool
+/// and must not be reported clean.
+fn tool_items(items: Vec<Value>) -> anyhow::Result<Vec<Value>> {
+    if let Some(n) = items.iter().position(|v| !v.is_object()) {
+        bail!(
+            "item #{n} is not a JSON object: --tools takes tool definitions, \
+             tools/list results or JSON-RPC responses"
+        );
+    }
+    Ok(items)
 }
 
 fn scan_tools(scanner: &Scanner, items: &[Value]) -> Vec<Verdict> {

@@ -14,7 +14,10 @@ pub enum VaultCommand {
     Set {
         /// Opaque server id (see `gatehouse clients`).
         server: String,
-        /// Secret name (injected as this environment variable).
+        /// Secret name. A protected server (one `gatehouse protect` wrapped)
+        /// gets every secret stored for it as an environment variable of this
+        /// name; any other server only through its policy
+        /// (`env = { NAME = "vault:NAME" }`, docs/policy.md).
         name: String,
     },
     /// List secret names (never values), for one server or all protected servers.
