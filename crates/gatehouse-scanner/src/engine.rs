@@ -332,7 +332,7 @@ impl Engine {
         let layers = normalize::hidden_layers(raw);
         cx.carriers = layers
             .iter()
-            .filter(|l| !secrets::find_secrets(&l.text).is_empty())
+            .filter(|l| secrets::holds_secret(&l.text))
             .map(|l| l.raw_span.clone())
             .collect();
         let mut mods = Modifiers::default();

@@ -219,20 +219,28 @@ pub fn find_secrets(text: &str) -> Vec<SecretMatch> {
 }
 
 /// A value after a label that names it a secret (`password: …`,
-/// `"api_key": "…"`, `token=…`): not a credential pattern of its own (its
-/// shape says nothing), but never shown in evidence.
-const LABELLED_VALUE: &str = r#"(?i)\b(?:password|passwd|pwd|passphrase|secret|client[_-]?secret|api[_-]?key|access[_-]?key|auth[_-]?token|access[_-]?token|refresh[_-]?token|token|credentials?)["']?\s*[:=]\s*["']?(?P<value>[^\s"'<>,;]{4,})"#;
+/// `"api_key": "…"`, `POSTGRES_PASSWORD=…`, `"dbPassword": "…"`): not a
+/// credential pattern of its own (its shape says nothing), but never shown
+/// in evidence. The label may end an identifier; a quoted value runs to its
+/// closing quote (a passphrase has spaces), a bare one to a delimiter.
+const LABELLED_VALUE: &str = r#"(?i)(?:password|passwd|pwd|passphrase|secret|api[_-]?key|access[_-]?key|auth[_-]?token|access[_-]?token|refresh[_-]?token|token|credentials?)["']?\s*[:=]\s*(?:"(?P<dq>(?:[^"\\]|\\.){4,})"|'(?P<sq>[^']{4,})'|(?P<bare>[^\s"'<>,;]{4,}))"#;
 
+/// Every labelled secret value in `text` (no cap: evidence hides them all).
 fn labelled_values(text: &str) -> Vec<std::ops::Range<usize>> {
     static RE: OnceLock<Option<Regex>> = OnceLock::new();
     let Some(re) = RE.get_or_init(|| Regex::new(LABELLED_VALUE).ok()) else {
         return Vec::new();
     };
     re.captures_iter(text)
-        .filter_map(|c| c.name("value"))
-        .take(MAX_MATCHES)
+        .filter_map(|c| c.name("dq").or(c.name("sq")).or(c.name("bare")))
         .map(|m| m.range())
         .collect()
+}
+
+/// Whether `text` holds a credential or a value labelled as a secret (a
+/// decoded layer that does makes its carrier an `encoded_secret`).
+pub fn holds_secret(text: &str) -> bool {
+    !find_secrets(text).is_empty() || !labelled_values(text).is_empty()
 }
 
 /// What evidence hides in `text`: the credentials `found` in it, values
