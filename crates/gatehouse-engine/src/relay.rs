@@ -113,6 +113,34 @@ pub struct Relay<I: Inspector> {
     client_name: Option<String>,
     /// `_meta.progressToken` of forwarded client calls still in flight.
     progress_tokens: HashMap<RequestId, Value>,
+    /// Ids of the latest requests answered (a second answer is dropped).
+    answered: RecentIds,
+}
+
+/// The last [`RecentIds::CAP`] ids inserted, oldest forgotten first.
+#[derive(Default)]
+struct RecentIds {
+    order: std::collections::VecDeque<RequestId>,
+    set: HashSet<RequestId>,
+}
+
+impl RecentIds {
+    const CAP: usize = 1024;
+
+    fn insert(&mut self, id: RequestId) {
+        if self.set.insert(id.clone()) {
+            self.order.push_back(id);
+            if self.order.len() > Self::CAP {
+                if let Some(old) = self.order.pop_front() {
+                    self.set.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn contains(&self, id: &RequestId) -> bool {
+        self.set.contains(id)
+    }
 }
 
 impl<I: Inspector> Relay<I> {
@@ -147,6 +175,7 @@ impl<I: Inspector> Relay<I> {
             client_elicits: false,
             client_name: None,
             progress_tokens: HashMap::new(),
+            answered: RecentIds::default(),
         }
     }
 
@@ -637,15 +666,34 @@ impl<I: Inspector> Relay<I> {
                     return Verdict::Drop;
                 }
                 self.progress_tokens.remove(id);
-                match (self.pending.remove(id), msg.result()) {
-                    (Some(pending), _) => self.inspect_response(pending, msg, out),
-                    // An answer to nothing in flight (a second answer to one
-                    // request, or to a line Gatehouse passed unread) is
-                    // scanned like any result before it reaches the client.
-                    (None, Some(result)) => {
+                if let Some(pending) = self.pending.remove(id) {
+                    self.answered.insert(id.clone());
+                    return self.inspect_response(pending, msg, out);
+                }
+                if self.answered.contains(id) {
+                    // A second answer to one request: the client has its
+                    // answer, and this one could carry what the first was
+                    // judged without (a changed tool list, a result).
+                    out.push(Output::Event(
+                        EngineEvent::new(
+                            "frame_dropped",
+                            Severity::Medium,
+                            Action::Drop,
+                            "response.duplicate",
+                        )
+                        .reason(format!(
+                            "server answered request {id} a second time; dropped"
+                        )),
+                    ));
+                    return Verdict::Drop;
+                }
+                // An answer to a request Gatehouse does not track (`ping`,
+                // a line passed unread) is scanned like any result.
+                match msg.result() {
+                    Some(result) => {
                         self.inspect_result(msg, "unmatched response", None, result, out)
                     }
-                    (None, None) => Verdict::Forward,
+                    None => Verdict::Forward,
                 }
             }
             MessageKind::Request { id, method } => self.server_request(id, method, msg, out),
