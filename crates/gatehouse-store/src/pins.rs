@@ -505,11 +505,17 @@ impl Store {
         };
         if only_waiting {
             let previous = read_pin(key, &mut tx, server_id, name).await?;
-            let waiting = previous
-                .as_ref()
-                .filter(|pin| pin.mac_valid)
-                .and_then(|pin| pin.pending_hash.as_deref());
-            if waiting.is_some_and(|waiting| waiting != hash) {
+            // The waiting hash as the row says (what the person was shown),
+            // even when its MAC fails; a row that fails its MAC and says
+            // nothing waits is not a licence to approve any seen version.
+            let refused = match &previous {
+                Some(pin) => match pin.pending_hash.as_deref() {
+                    Some(waiting) => waiting != hash,
+                    None => !pin.mac_valid,
+                },
+                None => false,
+            };
+            if refused {
                 return Err(StoreError::NotWaiting {
                     server_id: server_id.to_owned(),
                     tool: name.to_owned(),
@@ -954,6 +960,16 @@ mod tests {
             "{why}: a tampered row trusts nothing"
         );
         assert!(!pin.is_trusted("evil") && !pin.is_trusted("good"), "{why}");
+        // A person's approval still names exactly what the row says waits.
+        let other = match pin.pending_hash.as_deref() {
+            Some("evil") => "good",
+            _ => "evil",
+        };
+        let refused = store.approve_waiting_tool(&key, "srv", "x", other, 4).await;
+        assert!(
+            matches!(refused, Err(StoreError::NotWaiting { .. })),
+            "{why}: approving {other} on a tampered row: {refused:?}"
+        );
         let all = store.all_pins(&key).await.unwrap();
         assert!(!all[0].mac_valid, "{why}: listing reports it too");
         // Rewriting the row must not launder a forged approval.
@@ -989,6 +1005,12 @@ mod tests {
         )
         .await;
         check_tamper("UPDATE pins SET mac = x'00'", false, "truncate the MAC").await;
+        check_tamper(
+            "UPDATE pins SET pending_hash = NULL",
+            false,
+            "hide what waits",
+        )
+        .await;
         check_tamper("UPDATE pins SET findings = '[]'", false, "add findings").await;
         check_tamper(
             "UPDATE pins SET state = state, mac = mac",
