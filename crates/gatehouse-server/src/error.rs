@@ -173,7 +173,12 @@ fn describe_rejection(text: &str) -> String {
     };
     // axum: "<prefix>: <path>: <serde message>" (the path from serde_path_to_error).
     let detail = text.split_once(": ").map_or("", |(_, rest)| rest);
-    if let Some(name) = between(detail, "missing field `", "`") {
+    // Only serde's own wording at the start: a value could hold the same text.
+    if let Some(name) = detail
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(name, _)| name)
+    {
         return format!("the {what} is missing field `{}`", cap(name));
     }
     if detail.contains("unknown field `") {
@@ -189,12 +194,6 @@ fn describe_rejection(text: &str) -> String {
         }
         _ => format!("the {what} does not have the expected shape"),
     }
-}
-
-fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
-    let from = text.find(start)? + start.len();
-    let len = text[from..].find(end)?;
-    Some(&text[from..from + len])
 }
 
 /// Field names come from the request too: keep them short.
