@@ -814,23 +814,27 @@ impl Protector<'_> {
                 Route::Again => return self.unprotect_until(file, opts, deadline),
             }
         }
+        // The state first: whatever fails after it, no record names a
+        // secret that is gone. The stranded secrets stay in the keyring
+        // (named above); their records go with the file's protection.
+        state
+            .servers
+            .retain(|s| !ids.contains(&s.id) && !gone_ids.contains(&s.id));
+        state.files.remove(&key);
+        self.state().save(&state)?;
         for id in &ids {
             for name in self.vault.list(id).unwrap_or_default() {
                 let _ = self.vault.delete(id, &name);
             }
         }
-        // The stranded secrets stay in the keyring (named above); their
-        // records go with the file's protection.
-        state
-            .servers
-            .retain(|s| !ids.contains(&s.id) && !gone_ids.contains(&s.id));
         // The restore is verified (atomic_write reads it back): the backups
         // of this file, which may hold secrets protect did not move (remote
         // headers), are no longer needed.
-        self.state()
-            .remove_backups_of(&file.path.to_string_lossy())?;
-        state.files.remove(&key);
-        self.state().save(&state)?;
+        if let Err(err) = self.state().remove_backups_of(&file.path.to_string_lossy()) {
+            report
+                .notes
+                .push(format!("its backup could not be removed: {err}"));
+        }
         report.notes.push(format!("reload: {}", file.client.reload));
         Ok(report)
     }
