@@ -23,13 +23,25 @@ fn path(state: &AppState) -> std::path::PathBuf {
 
 /// Validation result as JSON.
 pub fn validate(text: &str) -> Value {
-    validate_bytes(text.as_bytes())
+    validation_json(gatehouse_config::check_text(
+        gatehouse_config::POLICY_FILE,
+        text,
+    ))
 }
 
 /// Validation of a file's bytes: one that is not UTF-8 is invalid, with a
 /// diagnostic at its first bad byte.
 fn validate_bytes(bytes: &[u8]) -> Value {
-    match gatehouse_config::check_bytes(gatehouse_config::POLICY_FILE, bytes) {
+    validation_json(gatehouse_config::check_bytes(
+        gatehouse_config::POLICY_FILE,
+        bytes,
+    ))
+}
+
+fn validation_json(
+    checked: Result<gatehouse_config::LoadedPolicy, gatehouse_config::PolicyError>,
+) -> Value {
+    match checked {
         Ok(loaded) => {
             json!({ "valid": true, "diagnostics": [], "warnings": loaded.warnings.iter().map(diag).collect::<Vec<_>>() })
         }
