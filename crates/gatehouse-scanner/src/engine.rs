@@ -181,11 +181,13 @@ struct Ctx<'a> {
     out: Vec<Finding>,
     /// The credentials in `raw`, found once, on first use.
     secrets: std::cell::OnceCell<Vec<secrets::SecretMatch>>,
-    /// Carriers in `raw` of a credential hidden or encoded in them (a base64
-    /// blob of a token): redacted from evidence, like the credentials.
-    carriers: Vec<Range<usize>>,
-    /// What evidence redacts: both of the above and values labelled as
-    /// secrets (`password: …`), merged.
+    /// The hidden and encoded layers of `raw` (none for arguments). One
+    /// whose decoded text holds a credential (a base64 blob of a token) is
+    /// redacted from evidence like the credential itself.
+    layers: &'a [normalize::Layer],
+    /// What evidence redacts: the credentials, those layers' carriers and
+    /// values labelled as secrets (`password: …`), merged; found only when
+    /// a finding needs its context.
     redacted: std::cell::OnceCell<Vec<secrets::SecretMatch>>,
 }
 
@@ -195,8 +197,15 @@ impl Ctx<'_> {
     }
 
     fn redacted(&self) -> &[secrets::SecretMatch] {
-        self.redacted
-            .get_or_init(|| secrets::evidence_spans(self.raw, self.secrets(), &self.carriers))
+        self.redacted.get_or_init(|| {
+            let carriers: Vec<Range<usize>> = self
+                .layers
+                .iter()
+                .filter(|l| secrets::holds_secret(&l.text))
+                .map(|l| l.raw_span.clone())
+                .collect();
+            secrets::evidence_spans(self.raw, self.secrets(), &carriers)
+        })
     }
 
     /// A `secret.<kind>` finding for every credential in `raw` that is not
@@ -309,6 +318,16 @@ impl Engine {
     }
 
     pub fn scan(&self, sc: &Scanner, carrier: Carrier, path: &str, raw: &str) -> Vec<Finding> {
+        if raw.is_empty() {
+            return Vec::new();
+        }
+        // Layers first: a credential decoded from one is redacted from the
+        // evidence of every finding, including the raw checks'.
+        let layers = if carrier == Carrier::Argument {
+            Vec::new()
+        } else {
+            normalize::hidden_layers(raw)
+        };
         let mut cx = Ctx {
             sc,
             carrier,
@@ -316,25 +335,14 @@ impl Engine {
             raw,
             out: Vec::new(),
             secrets: std::cell::OnceCell::new(),
-            carriers: Vec::new(),
+            layers: &layers,
             redacted: std::cell::OnceCell::new(),
         };
-        if raw.is_empty() {
-            return cx.out;
-        }
         if carrier == Carrier::Argument {
             self.scan_argument(&mut cx);
             self.custom(&mut cx);
             return cx.out;
         }
-        // Layers first: a credential decoded from one is redacted from the
-        // evidence of every finding, including the raw checks'.
-        let layers = normalize::hidden_layers(raw);
-        cx.carriers = layers
-            .iter()
-            .filter(|l| secrets::holds_secret(&l.text))
-            .map(|l| l.raw_span.clone())
-            .collect();
         let mut mods = Modifiers::default();
         raw_checks(&mut cx, &mut mods);
 
@@ -353,7 +361,7 @@ impl Engine {
         );
 
         // Hidden and encoded layers: anything meaningful inside is raised.
-        for layer in layers {
+        for layer in &layers {
             let lview = normalize::normalize(&layer.text);
             let lhits = self.hits(&lview.text);
             let span = layer.raw_span.clone();
