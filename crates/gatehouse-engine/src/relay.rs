@@ -905,7 +905,7 @@ impl<I: Inspector> Relay<I> {
             ToolJudgement::TrustFirst => {
                 self.set_pin(&name, Some(hash.clone()), PinState::Trusted, None);
                 if first_report {
-                    out.push(Output::Persist(PinUpdate::Trust {
+                    out.push(Output::Persist(PinUpdate::TrustFirst {
                         tool: name.clone(),
                         hash: hash.clone(),
                         definition: tool.clone(),
@@ -1637,9 +1637,13 @@ impl<I: Inspector> Relay<I> {
                 ));
             } else if seen.exposed
                 && !approved
-                && pins
-                    .get(name)
-                    .is_some_and(|p| p.state == PinState::Rejected)
+                && pins.get(name).is_some_and(|p| {
+                    p.state == PinState::Rejected
+                        // Trusted here at first sight while another process
+                        // pinned a different definition first: now held.
+                        || (p.state == PinState::Held
+                            && p.pending_hash.as_deref() == Some(seen.hash.as_str()))
+                })
             {
                 seen.exposed = false;
                 seen.withheld_rule = "pin.held";

@@ -116,6 +116,15 @@ impl EngineEvent {
 /// A pin change for the host to persist.
 #[derive(Clone, Debug, PartialEq)]
 pub enum PinUpdate {
+    /// Pin `hash` as trusted at first sight, unless the tool is pinned by
+    /// now (another process of the server's first session pinned it): then
+    /// the host holds `hash` unless it is the pinned one, and reloads the
+    /// pins ([`Relay::on_pins_reloaded`](crate::relay::Relay::on_pins_reloaded)).
+    TrustFirst {
+        tool: String,
+        hash: String,
+        definition: Value,
+    },
     /// Pin (or re-pin) `hash` as trusted.
     Trust {
         tool: String,

@@ -440,6 +440,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let mut client_lines = line_reader(crate::stdio::client_stdin(), max_frame);
     let mut server_lines = line_reader(child_stdout, max_frame);
     let (pins_tx, mut pins_rx) = mpsc::channel::<PinTable>(4);
+    recorder.reload_pins_to(pins_tx.clone());
     if let Some(store) = &store {
         tokio::spawn(poll_pins(
             store.clone(),
@@ -789,7 +790,15 @@ where
 #[derive(Clone)]
 pub(crate) struct Recorder {
     events: mpsc::UnboundedSender<Record<EngineEvent>>,
-    pins: mpsc::UnboundedSender<Record<(String, PinUpdate)>>,
+    pins: mpsc::UnboundedSender<Record<PinRecord>>,
+}
+
+/// What the pin writer is sent besides flushes.
+enum PinRecord {
+    /// Persist this update under this pin namespace.
+    Update(String, PinUpdate),
+    /// Where to send the pins reloaded after a first-sight conflict.
+    ReloadTo(mpsc::Sender<PinTable>),
 }
 
 /// What one recorder writer is sent: an item to write, or a flush request.
@@ -804,8 +813,9 @@ impl Recorder {
         // Two writers, so events are never queued behind pin persistence
         // (a first-sight list is dozens of transactions).
         let (events, mut events_rx) = mpsc::unbounded_channel::<Record<EngineEvent>>();
-        let (pins, mut pins_rx) = mpsc::unbounded_channel::<Record<(String, PinUpdate)>>();
+        let (pins, mut pins_rx) = mpsc::unbounded_channel::<Record<PinRecord>>();
         let event_store = store.clone();
+        let conflicts = events.clone();
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(RECORD_BATCH);
             let mut pending = Vec::new();
@@ -828,13 +838,22 @@ impl Recorder {
             }
         });
         tokio::spawn(async move {
+            let mut reload_to = None;
             while let Some(record) = pins_rx.recv().await {
                 match record {
-                    Record::Write((pin_server, update)) => {
-                        if let Some(store) = &store {
-                            if let Err(err) = persist_pin(store, &key, &pin_server, update).await {
-                                eprintln!("gatehouse: could not persist a pin: {err}");
+                    Record::Write(PinRecord::ReloadTo(tx)) => reload_to = Some(tx),
+                    Record::Write(PinRecord::Update(pin_server, update)) => {
+                        let Some(store) = &store else { continue };
+                        match persist_pin(store, &key, &pin_server, update).await {
+                            Ok(None) => {}
+                            Ok(Some(lost)) => {
+                                let _ = conflicts.send(Record::Write(lost));
+                                if let Some(tx) = &reload_to {
+                                    let _ =
+                                        tx.send(load_pins(store, &key, &pin_server).await).await;
+                                }
                             }
+                            Err(err) => eprintln!("gatehouse: could not persist a pin: {err}"),
                         }
                     }
                     Record::Flush(done) => {
@@ -851,7 +870,14 @@ impl Recorder {
     }
 
     fn persist(&self, server: &str, update: PinUpdate) {
-        let _ = self.pins.send(Record::Write((server.to_string(), update)));
+        let _ = self
+            .pins
+            .send(Record::Write(PinRecord::Update(server.to_string(), update)));
+    }
+
+    /// Pins reloaded after a first-sight conflict go to `tx` (the relay's).
+    fn reload_pins_to(&self, tx: mpsc::Sender<PinTable>) {
+        let _ = self.pins.send(Record::Write(PinRecord::ReloadTo(tx)));
     }
 
     /// Waits (boundedly) until everything queued so far is written.
@@ -959,12 +985,15 @@ fn store_action(action: gatehouse_engine::Action) -> gatehouse_store::Action {
     }
 }
 
+/// Persists one pin update. A first-sight trust that lost to another
+/// process (the tool was pinned meanwhile with another definition) holds
+/// this definition instead and returns the event saying so.
 async fn persist_pin(
     store: &Store,
     key: &MacKey,
     server_id: &str,
     update: PinUpdate,
-) -> gatehouse_store::Result<()> {
+) -> gatehouse_store::Result<Option<EngineEvent>> {
     let now = now_ms() as i64;
     let seen = |tool: &str, hash: &str, definition: &serde_json::Value| gatehouse_store::SeenTool {
         server_id: server_id.to_string(),
@@ -974,6 +1003,43 @@ async fn persist_pin(
         definition_json: definition.to_string(),
     };
     match update {
+        PinUpdate::TrustFirst {
+            tool,
+            hash,
+            definition,
+        } => {
+            store
+                .record_seen_tool(key, &seen(&tool, &hash, &definition), now)
+                .await?;
+            if store
+                .pin_first_sight(key, server_id, &tool, &hash, now)
+                .await?
+            {
+                return Ok(None);
+            }
+            let pinned = store.get_pin(key, server_id, &tool).await?;
+            let pinned_hash = pinned.as_ref().and_then(|p| p.trusted_hash());
+            if pinned_hash == Some(hash.as_str()) {
+                return Ok(None);
+            }
+            store
+                .hold_tool(key, server_id, &tool, &hash, HoldState::Held, None, now)
+                .await?;
+            return Ok(Some(
+                EngineEvent::new(
+                    "mcp_tool_changed",
+                    gatehouse_engine::Severity::High,
+                    gatehouse_engine::Action::Hold,
+                    "pin.held",
+                )
+                .tool(&tool)
+                .reason(format!(
+                    "another process of this server's first session pinned a different \
+                     definition first: held until a person approves hash {hash}"
+                ))
+                .evidence(serde_json::json!({ "previous": pinned_hash, "hash": hash })),
+            ));
+        }
         PinUpdate::Trust {
             tool,
             hash,
@@ -1023,7 +1089,7 @@ async fn persist_pin(
         }
         PinUpdate::Seen { .. } => {}
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The per-install MAC key (shared with the CLI and the control plane) and

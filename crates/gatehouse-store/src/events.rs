@@ -11,8 +11,8 @@
 //! of one (server, rule) differ in details (sizes, names), and folding them
 //! is what bounds the table. The exception is the types in
 //! [`REASON_KEYED_TYPES`], whose reason *is* the finding (a policy file's
-//! diagnostics, a pause's length): two different reasons are two rows, so
-//! none hides behind another's count.
+//! diagnostics, a pause's length, the hash a held tool waits with): two
+//! different reasons are two rows, so none hides behind another's count.
 
 use sha2::{Digest, Sha256};
 use sqlx::{QueryBuilder, Sqlite};
@@ -46,8 +46,13 @@ pub mod event_types {
 /// Event types whose reason is part of the aggregation key (see the module
 /// docs): identical reasons still fold, different ones never do. A pause
 /// and its end are the record of who switched protection off, and for how
-/// long: two pauses in one second are two rows.
+/// long: two pauses in one second are two rows. A tool's seen and changed
+/// events name the hash that waits for approval: a second changed
+/// definition of one tool is a row of its own, so the hash a person must
+/// approve is always in the events.
 pub const REASON_KEYED_TYPES: &[&str] = &[
+    event_types::MCP_TOOL_SEEN,
+    event_types::MCP_TOOL_CHANGED,
     event_types::POLICY_INVALID,
     event_types::PROTECTION_PAUSED,
     event_types::PROTECTION_RESUMED,
@@ -953,6 +958,44 @@ mod tests {
         assert_ne!(
             first, second,
             "who paused for how long is never folded away"
+        );
+    }
+
+    #[tokio::test]
+    async fn each_held_hash_of_a_tool_keeps_its_own_row() {
+        let store = mem().await; // 1000 ms slots
+        let held = |t: i64, hash: &str| NewEvent {
+            server_id: Some("s".into()),
+            tool: Some("a".into()),
+            rule: Some("pin.held".into()),
+            ..NewEvent::new(
+                t,
+                event_types::MCP_TOOL_CHANGED,
+                Action::Hold,
+                Severity::High,
+                &format!("tool definition changed: held until a person approves hash {hash}"),
+            )
+        };
+        let batch = [
+            held(10_000, "sha256:v2"),
+            held(10_050, "sha256:v2"),
+            held(10_100, "sha256:v3"),
+        ];
+        store.insert_events(&batch).await.unwrap();
+        store
+            .insert_events(&[held(10_200, "sha256:v3")])
+            .await
+            .unwrap();
+        let rows = store.query_events(&EventFilter::default()).await.unwrap();
+        let mut seen: Vec<(String, i64)> = rows
+            .iter()
+            .map(|e| (e.reason.rsplit(' ').next().unwrap().to_string(), e.count))
+            .collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            [("sha256:v2".to_string(), 2), ("sha256:v3".to_string(), 2)],
+            "the hash that waits is always named by an event"
         );
     }
 
