@@ -796,7 +796,7 @@ pub(crate) struct Recorder {
 /// What the pin writer is sent besides flushes.
 enum PinRecord {
     /// Persist this update under this pin namespace.
-    Update(String, PinUpdate),
+    Update(String, Box<PinUpdate>),
     /// Where to send the pins reloaded after a first-sight conflict.
     ReloadTo(mpsc::Sender<PinTable>),
 }
@@ -844,7 +844,7 @@ impl Recorder {
                     Record::Write(PinRecord::ReloadTo(tx)) => reload_to = Some(tx),
                     Record::Write(PinRecord::Update(pin_server, update)) => {
                         let Some(store) = &store else { continue };
-                        match persist_pin(store, &key, &pin_server, update).await {
+                        match persist_pin(store, &key, &pin_server, *update).await {
                             Ok(None) => {}
                             Ok(Some(lost)) => {
                                 let _ = conflicts.send(Record::Write(lost));
@@ -870,9 +870,10 @@ impl Recorder {
     }
 
     fn persist(&self, server: &str, update: PinUpdate) {
-        let _ = self
-            .pins
-            .send(Record::Write(PinRecord::Update(server.to_string(), update)));
+        let _ = self.pins.send(Record::Write(PinRecord::Update(
+            server.to_string(),
+            Box::new(update),
+        )));
     }
 
     /// Pins reloaded after a first-sight conflict go to `tx` (the relay's).
