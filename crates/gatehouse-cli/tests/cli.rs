@@ -586,6 +586,15 @@ fn trust_without_hash_names_the_held_definition_it_approves() {
         .stdout_has("Approved echo on srvA at sha256:808f.")
         .stdout_has("the definition that was waiting")
         .stdout_has("gatehouse pins diff --server srvA --tool echo");
+    let diff = sb.run(&["pins", "diff", "--server", "srvA", "--tool", "echo"]);
+    diff.code(0)
+        .stdout_has("Nothing waits for approval")
+        .stdout_has("echo v4 benign");
+    assert!(
+        !diff.stdout.lines().any(|l| l.starts_with('-')),
+        "nothing approved is shown as removed:\n{}",
+        diff.stdout
+    );
 }
 
 #[test]

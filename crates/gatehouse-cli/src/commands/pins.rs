@@ -359,6 +359,18 @@ fn diff(server: &str, tool: &str, home: Option<PathBuf>) -> anyhow::Result<ExitC
                 .unwrap_or_default()
         };
         let (a, b) = (pretty(&old), pretty(&new));
+        if pin.pending_hash.is_none() {
+            // Not a diff against nothing: that would read as a removal.
+            outln!(
+                "approved {}",
+                pin.approved_hash.as_deref().unwrap_or("(none)")
+            );
+            outln!("Nothing waits for approval. The approved definition:");
+            for line in a.lines() {
+                outln!("  {}", printable(line));
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         outln!(
             "--- approved {}",
             pin.approved_hash.as_deref().unwrap_or("(none)")
