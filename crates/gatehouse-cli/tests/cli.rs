@@ -330,6 +330,23 @@ fn empty_results_say_whether_filters_hid_them() {
 }
 
 #[test]
+fn listing_blocks_exits_1_in_events_and_calls_alike() {
+    let sb = Sandbox::new();
+    let blocked = NewEvent {
+        action: Action::Block,
+        ..call(60_000, "srv_a", "send_email")
+    };
+    sb.seed(&[call(120_000, "srv_a", "read"), blocked], &[]);
+    for command in ["events", "calls"] {
+        sb.run(&[command, "--action", "block"])
+            .code(1)
+            .stdout_has("send_email");
+        sb.run(&[command, "--action", "allow"]).code(0);
+        sb.run(&[command]).code(0);
+    }
+}
+
+#[test]
 fn the_error_prefix_is_said_once() {
     let sb = Sandbox::new();
     let run = sb.run(&[

@@ -116,8 +116,18 @@ pub fn run_events(args: EventsArgs) -> anyhow::Result<ExitCode> {
                 }
             }
         }
-        Ok(ExitCode::SUCCESS)
+        Ok(blocks_found(&events, filter.action))
     })
+}
+
+/// Exit 1 when `--action block` found blocks (as `grep` finds lines), else 0.
+fn blocks_found(events: &[gatehouse_store::Event], asked: Option<Action>) -> ExitCode {
+    let blocked = events.iter().any(|e| e.action == Action::Block);
+    if blocked && asked == Some(Action::Block) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// Calls are the call events: allowed, audited and intercepted calls.
@@ -166,12 +176,7 @@ pub fn run_calls(args: CallsArgs) -> anyhow::Result<ExitCode> {
     if !events.is_empty() || args.json {
         print_events(&events, args.json);
     }
-    let blocked = events.iter().any(|e| e.action == Action::Block);
-    Ok(if blocked && action == Some(Action::Block) {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(blocks_found(&events, action))
 }
 
 fn since(text: Option<&str>) -> anyhow::Result<Option<i64>> {
