@@ -86,7 +86,7 @@ impl TaintKey {
             while origins.get(*next).is_some_and(|o| o.end <= pos) {
                 *next += 1;
             }
-            !origins.get(*next).is_some_and(|o| o.start <= pos)
+            origins.get(*next).is_none_or(|o| o.start > pos)
         };
         let (mut entering, mut leaving) = (0, 0);
         let mut window = Window::default();
