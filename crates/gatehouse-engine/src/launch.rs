@@ -40,21 +40,18 @@ pub fn launch_facts(argv: &[String]) -> LaunchFacts {
         facts.script = rest.iter().find(|a| !a.starts_with('-')).cloned();
         return facts;
     }
+    let after = |word: &str| rest.iter().position(|a| a == word).map(|i| &rest[i + 1..]);
     let spec = match cmd {
-        "npx" | "bunx" | "uvx" | "pnpx" => first_positional(rest),
-        "pipx" => rest
-            .iter()
-            .position(|a| a == "run")
-            .and_then(|i| first_positional(&rest[i + 1..])),
-        "uv" => rest
-            .iter()
-            .position(|a| a == "tool")
-            .filter(|i| rest.get(i + 1).map(String::as_str) == Some("run"))
-            .and_then(|i| first_positional(&rest[i + 2..])),
+        "npx" | "bunx" | "pnpx" => package_of(rest, NPM_PACKAGE),
+        "uvx" => package_of(rest, UV_PACKAGE),
+        "pipx" => after("run").and_then(|args| package_of(args, PIPX_PACKAGE)),
+        "uv" => after("tool")
+            .and_then(|args| args.strip_prefix(&["run".to_string()]))
+            .and_then(|args| package_of(args, UV_PACKAGE)),
         "pnpm" | "yarn" | "npm" => rest
             .iter()
             .position(|a| a == "dlx" || a == "exec")
-            .and_then(|i| first_positional(&rest[i + 1..])),
+            .and_then(|i| package_of(&rest[i + 1..], NPM_PACKAGE)),
         _ => None,
     };
     if let Some(spec) = spec {
@@ -77,21 +74,30 @@ const VALUE_OPTIONS: &[&str] = &[
     "--call",
 ];
 
-fn first_positional(args: &[String]) -> Option<String> {
-    let mut skip = false;
-    for arg in args {
-        if skip {
-            skip = false;
-            continue;
+/// The option that names the package to install when the first positional
+/// argument is only the command to run it with (`npx -p PKG cmd`,
+/// `uvx --from PKG cmd`, `pipx run --spec PKG cmd`).
+const NPM_PACKAGE: &[&str] = &["-p", "--package"];
+const UV_PACKAGE: &[&str] = &["--from"];
+const PIPX_PACKAGE: &[&str] = &["--spec"];
+
+/// The package a runner installs: the value of its package option (`-p X`
+/// or `--package=X`; the first when repeated) before the command, else the
+/// command, its first positional argument.
+fn package_of(args: &[String], package_options: &[&str]) -> Option<String> {
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if let Some((opt, value)) = arg.split_once('=').filter(|(o, _)| o.starts_with("--")) {
+            if package_options.contains(&opt) {
+                return Some(value.to_string());
+            }
+        } else if package_options.contains(&arg.as_str()) {
+            return args.next().cloned();
+        } else if VALUE_OPTIONS.contains(&arg.as_str()) {
+            args.next();
+        } else if !arg.starts_with('-') {
+            return Some(arg.clone());
         }
-        if VALUE_OPTIONS.contains(&arg.as_str()) {
-            skip = true;
-            continue;
-        }
-        if arg.starts_with('-') {
-            continue;
-        }
-        return Some(arg.clone());
     }
     None
 }
@@ -165,7 +171,7 @@ mod tests {
         check(
             &["uvx", "--from", "git+https://x", "mcp-server-git"],
             None,
-            Some("mcp-server-git"),
+            Some("git+https://x"),
             true,
         );
         check(
@@ -176,5 +182,65 @@ mod tests {
         );
         check(&["npx.cmd", "pkg@latest"], None, Some("pkg@latest"), true);
         check(&["/opt/bin/server", "--stdio"], None, None, false);
+    }
+
+    /// The package installed, not the command run from it.
+    #[test]
+    fn package_options_name_the_package() {
+        let squat = "@modelcontextprotocol/server-filesytem";
+        for argv in [
+            &["npx", "-y", "-p", squat, "mcp-server-filesystem", "/tmp"][..],
+            &["npx", "--package", squat, "mcp-server-filesystem"],
+            &[
+                "npx",
+                &format!("--package={squat}"),
+                "-y",
+                "mcp-server-filesystem",
+            ],
+            &[
+                "npm",
+                "exec",
+                "--package",
+                squat,
+                "--",
+                "mcp-server-filesystem",
+            ],
+        ] {
+            check(argv, None, Some(squat), true);
+        }
+        for argv in [
+            &["uvx", "--from", "mcp-server-fech", "mcp-server-fetch"][..],
+            &["uvx", "--from=mcp-server-fech", "mcp-server-fetch"],
+            &[
+                "uv",
+                "tool",
+                "run",
+                "--from",
+                "mcp-server-fech",
+                "mcp-server-fetch",
+            ],
+            &[
+                "pipx",
+                "run",
+                "--spec",
+                "mcp-server-fech",
+                "mcp-server-fetch",
+            ],
+            &["pipx", "run", "--spec=mcp-server-fech", "mcp-server-fetch"],
+        ] {
+            check(argv, None, Some("mcp-server-fech"), true);
+        }
+        check(
+            &["uvx", "-p", "3.12", "mcp-server-time"],
+            None,
+            Some("mcp-server-time"),
+            true,
+        );
+        check(
+            &["pipx", "run", "--python", "python3.12", "mcp-server-fetch"],
+            None,
+            Some("mcp-server-fetch"),
+            true,
+        );
     }
 }

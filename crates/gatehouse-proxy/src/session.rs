@@ -31,9 +31,9 @@ pub const LAUNCHERS: &[&str] = &[
     "stdbuf",
 ];
 
-/// Whether a process name is a launcher, not a client. Paths, case and a
-/// Windows `.exe` suffix are ignored (`C:\\…\\NODE.EXE` is `node`).
-pub fn is_launcher(name: &str) -> bool {
+/// A process name as compared: no path, no Windows `.exe` suffix, lower
+/// case (Windows names are case-insensitive: `C:\\…\\NODE.EXE` is `node`).
+fn base_name(name: &str) -> String {
     let name = name.rsplit(['/', '\\']).next().unwrap_or(name);
     let name = match name.len().checked_sub(4) {
         Some(cut) if name.is_char_boundary(cut) && name[cut..].eq_ignore_ascii_case(".exe") => {
@@ -41,9 +41,43 @@ pub fn is_launcher(name: &str) -> bool {
         }
         _ => name,
     };
-    // Windows names are case-insensitive (`NODE.EXE`).
-    let name = name.to_ascii_lowercase();
-    LAUNCHERS.contains(&name.as_str()) || name.starts_with("python") && name.len() <= 10
+    name.to_ascii_lowercase()
+}
+
+/// Whether a process name is a launcher, not a client.
+pub fn is_launcher(name: &str) -> bool {
+    LAUNCHERS.contains(&base_name(name).as_str())
+}
+
+/// `python`, `python3`, `python3.12`, `pythonw`.
+pub fn is_python(name: &str) -> bool {
+    let name = base_name(name);
+    name.starts_with("python") && name.len() <= 10
+}
+
+/// Whether a Python command line runs a launcher: `python -m pipx`,
+/// `python3 -m uv`, `python3 /usr/bin/pipx` (a script whose `#!/usr/bin/env
+/// python3` line makes the process `python3`). Any other Python program (an
+/// agent built on an MCP SDK, `python -c …`) is a client of its own.
+pub fn runs_launcher(argv: &[String]) -> bool {
+    let mut args = argv.iter().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "-m" => return args.next().is_some_and(|m| is_launcher(m)),
+            "-c" => return false,
+            "-W" | "-X" => {
+                args.next();
+            }
+            a if a.starts_with('-') => {}
+            script => return is_launcher(script),
+        }
+    }
+    false
+}
+
+/// Whether a process launched the wrap on a client's behalf.
+fn launches(p: &Process) -> bool {
+    is_launcher(&p.name) || is_python(&p.name) && runs_launcher(&p.argv)
 }
 
 /// One process as the ancestor walk sees it.
@@ -53,6 +87,9 @@ pub struct Process {
     pub ppid: u32,
     /// Distinguishes a reused pid (clock ticks on Linux, FILETIME on Windows).
     pub start_time: u64,
+    /// The command line, read only for Python ([`runs_launcher`]); empty
+    /// where it is not read (Windows: Python there is a client).
+    pub argv: Vec<String>,
 }
 
 /// `pid:start_time` of the nearest ancestor, from `parent` up, that is not a
@@ -62,7 +99,7 @@ pub fn nearest_client(parent: u32, lookup: impl Fn(u32) -> Option<Process>) -> S
     let mut pid = parent;
     for _ in 0..32 {
         let Some(p) = lookup(pid) else { break };
-        if !is_launcher(&p.name) || p.ppid <= 1 || p.ppid == pid {
+        if !launches(&p) || p.ppid <= 1 || p.ppid == pid {
             return format!("{pid}:{}", p.start_time);
         }
         pid = p.ppid;
@@ -75,6 +112,11 @@ pub fn nearest_client(parent: u32, lookup: impl Fn(u32) -> Option<Process>) -> S
 pub fn client_session_key() -> String {
     nearest_client(std::os::unix::process::parent_id(), |pid| {
         read_stat(pid).map(|s| Process {
+            argv: if is_python(&s.comm) {
+                read_cmdline(pid)
+            } else {
+                Vec::new()
+            },
             name: s.comm,
             ppid: s.ppid,
             start_time: s.start_time,
@@ -148,6 +190,7 @@ mod windows {
                         name: String::from_utf16_lossy(&entry.szExeFile[..len]),
                         ppid: entry.th32ParentProcessID,
                         start_time: 0,
+                        argv: Vec::new(),
                     },
                 );
                 more = Process32NextW(snap, &mut entry) != 0;
@@ -196,6 +239,19 @@ fn read_stat(pid: u32) -> Option<Stat> {
     parse_stat(&text)
 }
 
+/// `/proc/PID/cmdline`: NUL-separated arguments (empty when unreadable).
+#[cfg(target_os = "linux")]
+fn read_cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| {
+            raw.split(|&b| b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(target_os = "linux")]
 fn parse_stat(text: &str) -> Option<Stat> {
     let open = text.find('(')?;
@@ -232,10 +288,8 @@ mod tests {
             "/bin/bash",
             "npx",
             "disclaimer",
-            "python3",
             "cmd.exe",
             "C:\\Program Files\\nodejs\\node.exe",
-            "python.EXE",
             "uv.exe",
         ] {
             assert!(is_launcher(name), "{name} launches servers for a client");
@@ -248,19 +302,42 @@ mod tests {
             "cargo",
             "Claude.exe",
             ".exe",
+            "python3",
+            "python.EXE",
         ] {
             assert!(!is_launcher(name), "{name} is a client");
         }
     }
 
-    /// A process table for the walk: pid → (name, ppid, start).
+    /// Python is a launcher only while it runs one.
+    #[test]
+    fn python_launches_only_when_it_runs_a_launcher() {
+        for (argv, launches) in [
+            ("python3 -m pipx run mcp-server-fetch", true),
+            ("python -u -m uv tool run x", true),
+            ("python3 /usr/bin/pipx run x", true),
+            ("python3.12 -X utf8 /home/me/.local/bin/uvx x", true),
+            ("python3 agent.py", false),
+            ("python3 -m my_agent", false),
+            ("python3 -c import subprocess", false),
+            ("python3", false),
+        ] {
+            let argv: Vec<String> = argv.split(' ').map(str::to_string).collect();
+            assert!(is_python(&argv[0]));
+            assert_eq!(runs_launcher(&argv), launches, "{argv:?}");
+        }
+    }
+
+    /// A process table for the walk: pid → (command line, ppid, start); the
+    /// name is the command line's first word.
     fn walk(table: &[(u32, &str, u32, u64)], parent: u32) -> String {
         nearest_client(parent, |pid| {
             table
                 .iter()
                 .find(|(p, ..)| *p == pid)
                 .map(|&(_, name, ppid, start_time)| Process {
-                    name: name.into(),
+                    argv: name.split(' ').map(str::to_string).collect(),
+                    name: name.split(' ').next().unwrap_or(name).into(),
                     ppid,
                     start_time,
                 })
@@ -287,6 +364,17 @@ mod tests {
             (930, "powershell.exe", 920, 444),
         ];
         assert_eq!(walk(&windows, 930), "900:111");
+        // Two Python agents started from one shell are two sessions; a
+        // Python running pipx is a launcher.
+        let agents = [
+            (10, "bash", 1, 500),
+            (20, "python3 agent_a.py", 10, 600),
+            (30, "python3 agent_b.py", 10, 700),
+            (40, "python3 -m pipx run gatehouse", 30, 800),
+        ];
+        assert_eq!(walk(&agents, 20), "20:600");
+        assert_eq!(walk(&agents, 30), "30:700");
+        assert_eq!(walk(&agents, 40), "30:700");
         // the root, a loop, and a process that vanished
         assert_eq!(walk(&[(7, "sh", 1, 9)], 7), "7:9", "stops below init");
         assert_eq!(

@@ -1,6 +1,9 @@
 //! Tool classification: `read`, `write`, `send`, `compute` or `unknown`, from
-//! the name (split on `_ - .` and camelCase), else the description; policy
-//! overrides only add risk to what the name says; declared annotations only raise risk.
+//! the name (split on `_ - .` and camelCase; its riskiest verb), else the
+//! description; policy overrides only add risk to what the name says;
+//! declared annotations only raise risk. A tool has one class: one that
+//! reads and sends (`read_and_email`) is judged as a send, so its results
+//! are not kept as read data (a reader's results are).
 
 use serde_json::Value;
 
@@ -52,8 +55,16 @@ const SEND: &[&str] = &[
     "send", "post", "upload", "http", "email", "notify", "publish", "push",
 ];
 const COMPUTE: &[&str] = &["run", "exec", "eval", "execute", "invoke", "call"];
-/// Verbs that only classify as the first word: `read_email` reads mail.
-const FIRST_ONLY: &[&str] = &["http", "email"];
+/// Verbs that classify a name only as its first word: `read_email` reads
+/// mail, `email_team` sends it.
+const FIRST_ONLY: &[&str] = &["email"];
+/// Verbs that are common nouns too (`get_post`, `list_calls`,
+/// `get_workflow_run`, `get_set_members`): after the name's first verb they
+/// count only right after a conjunction (`read_and_post`).
+const NOUNS_TOO: &[&str] = &[
+    "post", "email", "push", "upload", "update", "set", "put", "run", "exec", "eval", "call",
+];
+const CONJUNCTIONS: &[&str] = &["and", "then", "or"];
 
 /// Lower-case words of a tool name: split on `_`, `-`, `.`, `/`, spaces and
 /// camelCase boundaries (`sendEmail` → `send`, `email`; `HTTPGet` → `http`, `get`).
@@ -86,10 +97,7 @@ pub fn name_words(name: &str) -> Vec<String> {
     words
 }
 
-fn verb_class(word: &str, first: bool) -> Option<ToolClass> {
-    if !first && FIRST_ONLY.contains(&word) {
-        return None;
-    }
+fn verb_class(word: &str) -> Option<ToolClass> {
     if SEND.contains(&word) {
         Some(ToolClass::Send)
     } else if COMPUTE.contains(&word) {
@@ -103,13 +111,25 @@ fn verb_class(word: &str, first: bool) -> Option<ToolClass> {
     }
 }
 
-/// The class the name says: its first word that is a known verb
-/// (`gmail.send` → send; `get_post` → read).
+/// The class the name says: the riskiest of its verbs. The first verb
+/// counts (`gmail.send` → send; [`FIRST_ONLY`] words only as the first
+/// word); a later one counts when it cannot be a noun or follows a
+/// conjunction, since a tool that says it reads and sends is judged by its
+/// send (`read_file_send_email`, `lookup_publish`, `fetch_and_post`,
+/// `get_or_create` → write), while `get_post` and `read_email` read.
 pub fn class_from_name(name: &str) -> Option<ToolClass> {
-    name_words(name)
-        .iter()
-        .enumerate()
-        .find_map(|(i, w)| verb_class(w, i == 0))
+    let words = name_words(name);
+    let first = words.iter().enumerate().position(|(i, w)| {
+        verb_class(w).is_some() && (i == 0 || !FIRST_ONLY.contains(&w.as_str()))
+    })?;
+    let later = (first + 1..words.len()).filter(|&i| {
+        let w = words[i].as_str();
+        !NOUNS_TOO.contains(&w) || CONJUNCTIONS.contains(&words[i - 1].as_str())
+    });
+    std::iter::once(first)
+        .chain(later)
+        .filter_map(|i| verb_class(&words[i]))
+        .max()
 }
 
 /// Description keywords, with their inflections, by class.
@@ -229,4 +249,64 @@ pub fn classify(tool: &str, definition: Option<&Value>, overrides: &[ToolClass])
         }
     }
     class
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{class_from_name, ToolClass};
+
+    fn check(cases: &[(&str, Option<ToolClass>, &str)]) {
+        for (name, want, why) in cases {
+            assert_eq!(class_from_name(name), *want, "{name}: {why}");
+        }
+    }
+
+    #[test]
+    fn the_riskiest_verb_of_a_name_decides() {
+        use ToolClass::*;
+        check(&[
+            ("read_and_email", Some(Send), "email after a conjunction"),
+            ("read_file_send_email", Some(Send), "a second verb phrase"),
+            ("fetch_and_post", Some(Send), "post after a conjunction"),
+            ("getAndSend", Some(Send), "camelCase"),
+            ("search_then_upload", Some(Send), "then"),
+            ("lookup_publish", Some(Send), "publish is only a verb"),
+            ("find_and_notify", Some(Send), "notify"),
+            ("query_http", Some(Send), "http names the network"),
+            ("read_send", Some(Send), "send is only a verb"),
+            ("send_and_get", Some(Send), "the first verb still counts"),
+            ("get_then_exec", Some(Compute), "exec after a conjunction"),
+            ("list_and_delete", Some(Write), "delete"),
+            ("read_write_file", Some(Write), "write"),
+            ("get_or_create_user", Some(Write), "or"),
+            ("run_query", Some(Compute), "a later read never lowers"),
+        ]);
+    }
+
+    #[test]
+    fn verbs_that_are_nouns_too_stay_nouns_after_a_verb() {
+        use ToolClass::*;
+        check(&[
+            ("get_post", Some(Read), "a blog post"),
+            ("list_posts", Some(Read), "plural"),
+            ("read_email", Some(Read), "an email"),
+            ("search_email", Some(Read), "an email"),
+            ("get_workflow_run", Some(Read), "a CI run"),
+            ("list_calls", Some(Read), "plural"),
+            ("get_call_transcript", Some(Read), "a phone call"),
+            ("get_set_members", Some(Read), "a Redis set"),
+            ("get_upload_url", Some(Read), "an upload"),
+            ("get_update", Some(Read), "a Telegram update"),
+            ("list_push_subscriptions", Some(Read), "push notifications"),
+            ("get_eval_results", Some(Read), "an evaluation"),
+            ("create_post", Some(Write), "the object of a write"),
+            ("delete_email", Some(Write), "the object of a write"),
+            (
+                "slack_post_message",
+                Some(Send),
+                "a first verb after a prefix",
+            ),
+            ("gmail_email", None, "email names a send only first"),
+        ]);
+    }
 }

@@ -6,7 +6,13 @@
 //!   substring of ≥ 16 bytes is found; past [`MAX_GRAMS`] windows only the
 //!   hashes whose low bits are zero are kept (1 in 2, 4, …): a copied run of
 //!   16 + n bytes is then missed with probability about (1 − 1/p)^(n+1);
-//! - its distinctive tokens (passwords, keys, ids: see [`is_distinctive`]).
+//! - its distinctive tokens (passwords, keys, ids: see [`is_distinctive`])
+//!   and the distinctive pieces of its tokens (`DB_PASSWORD=x`: `=` splits
+//!   tokens; `ab_x`: `_-+/.~` split pieces).
+//!
+//! Windows that carry no information (mostly spaces, punctuation or a URL's
+//! origin such as `https://github.com/`, or few distinct bytes: [`Window`])
+//! are not hashed on either side.
 //!
 //! The hashes are keyed with a per-install key passed in by the host, so a
 //! reader of the database cannot test guesses without that key (a speed
@@ -63,7 +69,8 @@ impl TaintKey {
         splitmix(splitmix(h ^ self.k0) ^ self.k1)
     }
 
-    /// Hashes of every GRAM-byte window of `text`, in order.
+    /// Hashes of every informative GRAM-byte window of `text` (see
+    /// [`Window`]), in order.
     fn grams(&self, text: &[u8], mut out: impl FnMut(u64)) {
         if text.len() < GRAM {
             return;
@@ -72,18 +79,29 @@ impl TaintKey {
         for _ in 1..GRAM {
             pow = pow.wrapping_mul(self.mul);
         }
+        let origins = url_origins(text);
+        // Whether the byte at a position is data (a monotonic cursor over
+        // the origins: one for the byte entering the window, one leaving).
+        let data = |next: &mut usize, pos: usize| {
+            while origins.get(*next).is_some_and(|o| o.end <= pos) {
+                *next += 1;
+            }
+            origins.get(*next).is_none_or(|o| o.start > pos)
+        };
+        let (mut entering, mut leaving) = (0, 0);
+        let mut window = Window::default();
         let mut h = 0u64;
-        for &b in &text[..GRAM] {
+        for (i, &b) in text.iter().enumerate() {
+            if i >= GRAM {
+                let old = text[i - GRAM];
+                window.remove(old, data(&mut leaving, i - GRAM));
+                h = h.wrapping_sub((u64::from(old) + 1).wrapping_mul(pow));
+            }
+            window.add(b, data(&mut entering, i));
             h = h.wrapping_mul(self.mul).wrapping_add(u64::from(b) + 1);
-        }
-        out(self.finish(h));
-        for i in GRAM..text.len() {
-            let old = u64::from(text[i - GRAM]) + 1;
-            h = h.wrapping_sub(old.wrapping_mul(pow));
-            h = h
-                .wrapping_mul(self.mul)
-                .wrapping_add(u64::from(text[i]) + 1);
-            out(self.finish(h));
+            if i + 1 >= GRAM && window.informative() {
+                out(self.finish(h));
+            }
         }
     }
 
@@ -96,6 +114,96 @@ impl TaintKey {
     }
 }
 
+/// Fewest alphanumeric bytes (ASCII letters and digits, or any byte of a
+/// non-ASCII character) in a window that counts as data.
+pub const MIN_ALNUM: u32 = 8;
+/// Fewest distinct bytes in a window that counts as data.
+pub const MIN_DISTINCT: u32 = 6;
+
+/// Byte counts of the current window. A window carries information when at
+/// least half of it is alphanumeric data and it holds at least
+/// [`MIN_DISTINCT`] different bytes: runs of spaces, `-`, `=` or
+/// `|---|---|` (indentation, markdown rules and tables), a repeated
+/// character or a short repeated pattern are no evidence that data was
+/// copied. Letters of a URL's origin are not data ([`url_origins`]).
+struct Window {
+    counts: [u8; 256],
+    distinct: u32,
+    alnum: u32,
+}
+
+impl Default for Window {
+    fn default() -> Window {
+        Window {
+            counts: [0; 256],
+            distinct: 0,
+            alnum: 0,
+        }
+    }
+}
+
+fn alnum(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b >= 0x80
+}
+
+impl Window {
+    fn add(&mut self, b: u8, data: bool) {
+        let n = &mut self.counts[usize::from(b)];
+        self.distinct += u32::from(*n == 0);
+        *n += 1;
+        self.alnum += u32::from(data && alnum(b));
+    }
+
+    fn remove(&mut self, b: u8, data: bool) {
+        let n = &mut self.counts[usize::from(b)];
+        *n -= 1;
+        self.distinct -= u32::from(*n == 0);
+        self.alnum -= u32::from(data && alnum(b));
+    }
+
+    fn informative(&self) -> bool {
+        self.alnum >= MIN_ALNUM && self.distinct >= MIN_DISTINCT
+    }
+}
+
+/// The origins (`scheme://host[:port]/`) of the URLs in `text`, as byte
+/// ranges in order. Well-known boilerplate such as `https://github.com/`
+/// says where, not what, so its letters are not data: a window needs
+/// [`MIN_ALNUM`] alphanumerics outside origins (`com/acme/widgets` has).
+/// A user name before `@` ends the origin, so `postgres://admin:secret@…`
+/// keeps its secret as data.
+fn url_origins(text: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].windows(3).position(|w| w == b"://") {
+        let sep = from + at;
+        let start = text[..sep]
+            .iter()
+            .rposition(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')))
+            .map_or(0, |p| p + 1);
+        let host_len =
+            |from: usize, ok: fn(&u8) -> bool| text[from..].iter().take_while(|b| ok(b)).count();
+        let mut end = sep + 3;
+        end += host_len(end, |b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.')
+        });
+        if text.get(end) == Some(&b':') {
+            let digits = host_len(end + 1, u8::is_ascii_digit);
+            if digits > 0 {
+                end += 1 + digits;
+            }
+        }
+        if text.get(end) == Some(&b'/') {
+            end += 1;
+        }
+        if start < sep {
+            out.push(start..end);
+        }
+        from = end.max(sep + 3);
+    }
+    out
+}
+
 fn strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
     match value {
         Value::String(s) => out.push(s),
@@ -105,8 +213,21 @@ fn strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
     }
 }
 
+/// Characters inside a token. `=` is not one: `DB_PASSWORD=Wq7mT2xLp9Rk`
+/// and `?p=Wq7mT2xLp9Rk` hold the token `Wq7mT2xLp9Rk` (base64 has `=` only
+/// as trailing padding, which tokens drop anyway).
 fn token_char(c: char) -> bool {
-    c.is_alphanumeric() || matches!(c, '-' | '_' | '+' | '/' | '=' | '.' | '~')
+    c.is_alphanumeric() || matches!(c, '-' | '_' | '+' | '/' | '.' | '~')
+}
+
+/// The pieces of a token between its inner separators (`_-+/.~`), when it
+/// has any: `_Wq7mT2xLp9Rk`, `Wq7mT2xLp9Rk_x` and `e.com/c/Wq7mT2xLp9Rk`
+/// all hold the piece `Wq7mT2xLp9Rk`.
+fn pieces(token: &str) -> impl Iterator<Item = &str> {
+    let whole = token.contains(|c: char| !c.is_alphanumeric());
+    token
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(move |p| whole && !p.is_empty())
 }
 
 /// Labels after which the next token is a secret whatever it looks like.
@@ -231,8 +352,13 @@ pub fn result_marks(key: &TaintKey, result: &Value) -> Vec<u8> {
     for text in &texts {
         key.grams(text.as_bytes(), |h| sample.add(h));
         for (tok, labelled) in tokens(text) {
-            if is_distinctive(tok, labelled) {
-                toks.push(key.token(tok));
+            // The token as written, and its pieces judged on their own
+            // (unlabelled: `password: my-secret-phrase` keeps the phrase,
+            // not the word `secret`).
+            let whole = is_distinctive(tok, labelled).then_some(tok);
+            let parts = pieces(tok).filter(|p| is_distinctive(p, false));
+            for t in whole.into_iter().chain(parts) {
+                toks.push(key.token(t));
                 if toks.len() >= 4 * MAX_TOKENS {
                     smallest_distinct(&mut toks, MAX_TOKENS);
                 }
@@ -334,10 +460,13 @@ impl ArgMarks {
 
     fn add(&mut self, key: &TaintKey, text: &str) {
         key.grams(text.as_bytes(), |h| self.grams.push(h));
-        // Any token of an argument may be a result's distinctive token.
+        // Any token of an argument, or piece of one, may be a result's
+        // distinctive token.
         for (tok, _) in tokens(text) {
-            if tok.len() >= 6 {
-                self.tokens.push(key.token(tok));
+            for t in std::iter::once(tok).chain(pieces(tok)) {
+                if t.len() >= 6 {
+                    self.tokens.push(key.token(t));
+                }
             }
         }
     }
@@ -492,6 +621,150 @@ mod label_tests {
                 let expected = lower == *l || lower.ends_with(&format!("_{l}"));
                 assert_eq!(is_label(tok, l), expected, "{tok:?} vs label {l:?}");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{result_marks, ArgMarks, Link, TaintKey};
+
+    /// How `sent` (one argument) is linked to a read whose result was `read`.
+    fn check(read: &str, sent: &str, want: Option<Link>, why: &str) {
+        let key = TaintKey::new(&[7u8; 32]);
+        let marks = result_marks(&key, &json!({"content": [{"type": "text", "text": read}]}));
+        let got = ArgMarks::of(&key, &json!({ "body": sent })).link(&marks);
+        assert_eq!(got, want, "{why}: read {read:?}, sent {sent:?}");
+    }
+
+    #[test]
+    fn name_value_secrets_are_tokens_on_both_sides() {
+        let t = Some(Link::Token);
+        for (read, sent, why) in [
+            (
+                "DB_PASSWORD=Wq7mT2xLp9Rk\nPORT=5432",
+                "x Wq7mT2xLp9Rk",
+                ".env line",
+            ),
+            ("PASSWORD=Tg4hJ8nB", "it is Tg4hJ8nB", "short NAME=value"),
+            ("PASSWORD=hunter", "the hunter", "labelled: 6 characters"),
+            ("export API_TOKEN=Tg4hJ8nBv3Qs", "Tg4hJ8nBv3Qs", "export"),
+            (
+                "server --password=Rm5tY7wQk2Lx --port 80",
+                "Rm5tY7wQk2Lx",
+                "flag",
+            ),
+            (
+                "{\"env\": \"SECRET=Hs7dF3gKp9Lz\"}",
+                "Hs7dF3gKp9Lz",
+                "in JSON",
+            ),
+            ("login ab_Zq8vLp2mXr4", "Zq8vLp2mXr4", "a piece of a token"),
+        ] {
+            check(read, sent, t, why);
+        }
+        let read = "password: Zq8vLp2mXr41Tb";
+        for (sent, why) in [
+            ("https://evil.com/c?p=Zq8vLp2mXr41Tb", "query value"),
+            ("p=Zq8vLp2mXr41Tb", "NAME=value"),
+            ("_Zq8vLp2mXr41Tb", "leading _"),
+            ("Zq8vLp2mXr41Tb_x", "trailing _x"),
+            ("x-Zq8vLp2mXr41Tb.y", "dashes and dots"),
+            ("https://e.com/a/b/Zq8vLp2mXr41Tb", "in a path"),
+        ] {
+            check(read, sent, t, why);
+        }
+    }
+
+    #[test]
+    fn ordinary_identifiers_do_not_link() {
+        for (read, sent, why) in [
+            ("set cfg_value_name=true", "cfg_value_name", "plain words"),
+            (
+                "run build_cache_v2 then deploy",
+                "build the cache",
+                "a word piece",
+            ),
+            ("user_id_12345 ok", "id 12345", "a short number"),
+            (
+                "MAX_RETRIES=5 TIMEOUT=30",
+                "retries timeout",
+                "labels and numbers",
+            ),
+            (
+                "password: Zq8vLp2mXr41Tb",
+                "Zq8vLp2mXr41",
+                "a prefix is not the token",
+            ),
+        ] {
+            check(read, sent, None, why);
+        }
+    }
+
+    #[test]
+    fn low_information_windows_do_not_link() {
+        let code = "class A:\n    def f(self):\n        for i in range(3):\n            if i:\n                print(i)\n";
+        for (read, sent, why) in [
+            (
+                code,
+                "def g():\n                return fh.read()",
+                "16 spaces of indentation",
+            ),
+            (
+                "| a | b |\n|------------------|-------|",
+                "|------------------|\n| c | d |",
+                "a markdown rule",
+            ),
+            (&"=".repeat(48), &"=".repeat(30), "a run of ="),
+            (
+                "x: abababababababababab",
+                "abababababababababab",
+                "a short repeated pattern",
+            ),
+            (
+                "\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t",
+                "\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t",
+                "tabs",
+            ),
+            (
+                "see https://github.com/acme/widgets",
+                "see https://github.com/other/repo",
+                "a URL origin",
+            ),
+            (
+                "at http://localhost:8080/a",
+                "open http://localhost:8080/b",
+                "an origin with a port",
+            ),
+        ] {
+            check(read, sent, None, why);
+        }
+        let s = Some(Link::Substring);
+        for (read, sent, why) in [
+            (
+                "see https://github.com/acme/widgets",
+                "fork github.com/acme/widgets",
+                "the path is data",
+            ),
+            (
+                "Alice Example, account 4929",
+                "re: Alice Example, account",
+                "text",
+            ),
+            (
+                "Ünïcödé dätä hérè ök",
+                "Ünïcödé dätä hér",
+                "non-ASCII letters count",
+            ),
+            (
+                "db postgres://admin:Kx3vN8qLw2Pz@db",
+                "postgres://admin:Kx3vN8qLw2",
+                "a password after the origin",
+            ),
+        ] {
+            check(read, sent, s, why);
         }
     }
 }

@@ -55,7 +55,8 @@ pub const POPULAR_PACKAGES: &[&str] = &[
 ];
 
 /// A package spec without its version (`@scope/name@1.2` → `@scope/name`,
-/// `name==1.0` → `name`, `name[extra]` → `name`), lower-cased.
+/// `name==1.0` → `name`, `name[extra]` → `name`), spelled as written (what
+/// a person is shown: `@modelcontextprotocoI/…` keeps its capital I).
 pub fn package_name(spec: &str) -> String {
     let spec = spec.trim();
     let (scope, rest) = match spec.strip_prefix('@') {
@@ -65,7 +66,26 @@ pub fn package_name(spec: &str) -> String {
     let end = rest
         .find(['@', '=', '<', '>', '~', '!', '[', ' '])
         .unwrap_or(rest.len());
-    format!("{scope}{}", &rest[..end]).to_lowercase()
+    format!("{scope}{}", &rest[..end])
+}
+
+/// The name packages are compared by: lower case, each run of `-`, `_` and
+/// `.` one `-`. PyPI treats names so (PEP 503: `mcp_server_fetch` is
+/// `mcp-server-fetch`); npm refuses a new name that equals an existing one
+/// once punctuation is removed, so names equal here are one package there
+/// too (or could not have been published).
+pub fn normalize(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.extend(c.to_lowercase());
+        }
+    }
+    out
 }
 
 /// Normalized Levenshtein similarity in [0, 1].
@@ -93,7 +113,8 @@ where
 }
 
 /// A launched package similar to a configured or popular one: the similar
-/// name. A package on the popular list or in `extra_known` (the policy's
+/// name, as listed or configured. Names are compared [`normalize`]d: a
+/// package on the popular list or in `extra_known` (the policy's
 /// vouched-for packages) is that package; equal configured names are the
 /// same package, not a squat.
 pub fn similar_package(
@@ -102,17 +123,92 @@ pub fn similar_package(
     extra_known: &[String],
     threshold: f64,
 ) -> Option<(String, f64)> {
-    let name = package_name(spec);
-    let known: Vec<String> = POPULAR_PACKAGES
+    let name = normalize(&package_name(spec));
+    let vouched = POPULAR_PACKAGES
         .iter()
         .map(|p| p.to_string())
-        .chain(configured.iter().map(|s| package_name(s)))
-        .chain(extra_known.iter().map(|s| package_name(s)))
-        .collect();
-    let vouched = POPULAR_PACKAGES.iter().any(|p| *p == name)
-        || extra_known.iter().any(|k| package_name(k) == name);
+        .chain(extra_known.iter().map(|k| package_name(k)))
+        .any(|k| normalize(&k) == name);
     if vouched {
         return None;
     }
-    most_similar(&name, known.iter().map(String::as_str), threshold)
+    let known = POPULAR_PACKAGES
+        .iter()
+        .map(|p| p.to_string())
+        .chain(configured.iter().map(|s| package_name(s)))
+        .chain(extra_known.iter().map(|s| package_name(s)));
+    let mut best: Option<(String, f64)> = None;
+    for other in known {
+        let s = similarity(&name, &normalize(&other));
+        if s < 1.0 && s >= threshold && best.as_ref().is_none_or(|(_, b)| s > *b) {
+            best = Some((other, s));
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{normalize, package_name, similar_package};
+    use crate::launch::launch_facts;
+
+    /// What `gatehouse wrap` judges for `argv`: the similar known package.
+    fn check(argv: &[&str], configured: &[&str], want: Option<&str>) {
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let configured: Vec<String> = configured.iter().map(|s| s.to_string()).collect();
+        let got = launch_facts(&argv)
+            .package
+            .and_then(|p| similar_package(&p, &configured, &[], 0.85))
+            .map(|(similar, _)| similar);
+        assert_eq!(got.as_deref(), want, "{argv:?}");
+    }
+
+    #[test]
+    fn the_installed_package_is_judged() {
+        let fs = Some("@modelcontextprotocol/server-filesystem");
+        let squat = "@modelcontextprotocol/server-filesytem";
+        check(&["npx", "-y", squat], &[], fs);
+        check(&["npx", "-p", squat, "mcp-server-filesystem"], &[], fs);
+        check(
+            &["npx", "--package", squat, "mcp-server-filesystem"],
+            &[],
+            fs,
+        );
+        check(&["npx", &format!("--package={squat}"), "x"], &[], fs);
+        let fetch = Some("mcp-server-fetch");
+        check(
+            &["uvx", "--from", "mcp-server-fech", "mcp-server-fetch"],
+            &[],
+            fetch,
+        );
+        check(
+            &["pipx", "run", "--spec", "mcp-server-fech", "x"],
+            &[],
+            fetch,
+        );
+        check(&["uvx", "mcp_server_fech"], &[], fetch);
+    }
+
+    #[test]
+    fn names_are_compared_as_the_registries_do() {
+        check(&["uvx", "mcp_server_fetch"], &[], None);
+        check(&["uvx", "MCP.Server_Fetch==1.0"], &[], None);
+        check(&["uvx", "mcp-server-fetch"], &[], None);
+        check(&["uvx", "acme_tools"], &["acme-tools"], None);
+        check(&["uvx", "acme_tool"], &["acme-tools"], Some("acme-tools"));
+        assert_eq!(normalize("Mcp__Server.-fetch"), "mcp-server-fetch");
+    }
+
+    #[test]
+    fn a_person_is_shown_the_name_as_written() {
+        assert_eq!(
+            package_name("@modelcontextprotocoI/server-filesystem@1.0"),
+            "@modelcontextprotocoI/server-filesystem"
+        );
+        check(
+            &["npx", "@modelcontextprotocoI/server-filesystem"],
+            &[],
+            Some("@modelcontextprotocol/server-filesystem"),
+        );
+    }
 }
