@@ -2,7 +2,7 @@
 //! server goes through [`Relay`], which returns what to forward, answer,
 //! record and persist (DESIGN §3, §4).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use gatehouse_protocol::message::{error_line, request_line, response_line};
 use gatehouse_protocol::{
@@ -46,6 +46,34 @@ struct SeenTool {
     withheld_rule: &'static str,
     /// The definition's description and annotations (for classification).
     facts: Value,
+}
+
+/// A client message or frame waiting for Gatehouse's own tool list.
+#[derive(Debug)]
+enum Parked {
+    /// A call to a tool the relay has not seen listed yet.
+    Call(Message),
+    /// A client frame that arrived while a call was parked: it waits its
+    /// turn, so nothing the client sent later reaches the server first.
+    Frame(Frame),
+}
+
+impl Parked {
+    /// The id of the one request this entry holds (none for a batch).
+    fn request_id(&self) -> Option<&RequestId> {
+        let msg = match self {
+            Parked::Call(msg) => msg,
+            Parked::Frame(Frame {
+                body: FrameBody::Single(msg),
+                ..
+            }) => msg,
+            Parked::Frame(_) => return None,
+        };
+        match &msg.kind {
+            MessageKind::Request { id, .. } => Some(id),
+            _ => None,
+        }
+    }
 }
 
 /// Which peer sent a frame.
@@ -102,7 +130,8 @@ pub struct Relay<I: Inspector> {
     listed_once: bool,
     listing_in_progress: bool,
     exposed_in_listing: usize,
-    parked: Vec<Message>,
+    /// Client messages waiting for the tool list, in the client's order.
+    parked: VecDeque<Parked>,
     reported: HashSet<(String, String)>,
     last_list_changed_ms: Option<u64>,
     trailing_list_changed: bool,
@@ -166,7 +195,7 @@ impl<I: Inspector> Relay<I> {
             listed_once: false,
             listing_in_progress: false,
             exposed_in_listing: 0,
-            parked: Vec::new(),
+            parked: VecDeque::new(),
             reported: HashSet::new(),
             last_list_changed_ms: None,
             trailing_list_changed: false,
@@ -263,7 +292,7 @@ impl<I: Inspector> Relay<I> {
                 Verdict::Drop => untouched = false,
                 Verdict::Park => {
                     untouched = false;
-                    self.parked.push(msg)
+                    self.parked.push_back(Parked::Call(msg))
                 }
             }
         }
@@ -290,6 +319,10 @@ impl<I: Inspector> Relay<I> {
 
     pub fn on_client_frame(&mut self, frame: Frame, now_ms: u64) -> Vec<Output> {
         let mut out = Vec::new();
+        if !self.parked.is_empty() && !self.may_overtake(&frame) {
+            self.hold_back(frame, &mut out);
+            return out;
+        }
         match frame.body {
             FrameBody::Single(msg) => {
                 self.relay_messages(Side::Client, frame.raw, false, vec![msg], now_ms, &mut out)
@@ -344,6 +377,55 @@ impl<I: Inspector> Relay<I> {
         out
     }
 
+    /// While a call is parked, only the client's answers to the server's
+    /// own requests go on at once: they refer to no request of the
+    /// client's, and the server may need one before it answers our listing.
+    fn may_overtake(&self, frame: &Frame) -> bool {
+        let is_answer = |msg: &Message| matches!(msg.kind, MessageKind::Response { .. });
+        match &frame.body {
+            FrameBody::Single(msg) => is_answer(msg),
+            FrameBody::Batch(items) => !items.is_empty() && items.iter().all(is_answer),
+            _ => false,
+        }
+    }
+
+    /// A client frame that arrived while a call is parked. It waits behind
+    /// the call, except a cancellation of a request still waiting here:
+    /// that request is dropped, unanswered (a cancelled request gets no
+    /// response), and neither it nor the cancellation reaches the server.
+    fn hold_back(&mut self, frame: Frame, out: &mut Vec<Output>) {
+        let cancelled = match &frame.body {
+            FrameBody::Single(msg) => cancelled_request(msg),
+            _ => None,
+        };
+        let waiting =
+            cancelled.and_then(|id| self.parked.iter().position(|p| p.request_id() == Some(&id)));
+        let Some(at) = waiting else {
+            self.parked.push_back(Parked::Frame(frame));
+            return;
+        };
+        let Some(dropped) = self.parked.remove(at) else {
+            return;
+        };
+        let id = dropped
+            .request_id()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let mut event = EngineEvent::new(
+            "request_cancelled",
+            Severity::Info,
+            Action::Drop,
+            "client.cancelled",
+        )
+        .reason(format!(
+            "the client cancelled request {id} while it waited for the tool list; it never reached the server"
+        ));
+        if let Parked::Call(call) = &dropped {
+            event = event.tool(called_tool(call));
+        }
+        out.push(Output::Event(event));
+    }
+
     fn client_message(&mut self, msg: &Message, now_ms: u64, out: &mut Vec<Output>) -> Verdict {
         let MessageKind::Request { id, method } = &msg.kind else {
             return Verdict::Forward;
@@ -389,12 +471,7 @@ impl<I: Inspector> Relay<I> {
                 first_page: msg.params().and_then(|p| p.get("cursor")).is_none(),
             },
             "tools/call" => {
-                let tool = msg
-                    .params()
-                    .and_then(|p| p.get("name"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
+                let tool = called_tool(msg).to_string();
                 let verdict = self.check_call(id, &tool, msg, now_ms, out);
                 if matches!(verdict, Verdict::Forward) {
                     self.pending.insert(id.clone(), Pending::ToolsCall { tool });
@@ -758,10 +835,24 @@ impl<I: Inspector> Relay<I> {
         }
     }
 
+    /// The tool list is known (or cannot be had): what the client sent
+    /// meanwhile goes on in its order.
     fn release_parked(&mut self, now_ms: u64, out: &mut Vec<Output>) {
-        for msg in std::mem::take(&mut self.parked) {
-            let raw = to_line(&msg.value);
-            self.relay_messages(Side::Client, raw, false, vec![msg], now_ms, out);
+        let mut waiting = std::mem::take(&mut self.parked);
+        while let Some(next) = waiting.pop_front() {
+            match next {
+                Parked::Call(msg) => {
+                    let raw = to_line(&msg.value);
+                    self.relay_messages(Side::Client, raw, false, vec![msg], now_ms, out);
+                }
+                Parked::Frame(frame) => out.extend(self.on_client_frame(frame, now_ms)),
+            }
+            if !self.parked.is_empty() {
+                // Parked again (a new listing): the rest keeps waiting
+                // behind it.
+                self.parked.extend(waiting);
+                return;
+            }
         }
     }
 
@@ -1653,6 +1744,25 @@ impl<I: Inspector> Relay<I> {
             self.send_list_changed(now_ms, &mut out);
         }
         out
+    }
+}
+
+/// The tool a `tools/call` names ("" when it names none).
+fn called_tool(msg: &Message) -> &str {
+    msg.params()
+        .and_then(|p| p.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The request a `notifications/cancelled` names, if `msg` is one.
+fn cancelled_request(msg: &Message) -> Option<RequestId> {
+    match &msg.kind {
+        MessageKind::Notification { method } if method == "notifications/cancelled" => msg
+            .params()
+            .and_then(|p| p.get("requestId"))
+            .and_then(RequestId::from_value),
+        _ => None,
     }
 }
 

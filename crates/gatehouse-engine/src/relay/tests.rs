@@ -261,6 +261,79 @@ fn call_before_list_makes_gatehouse_list_first() {
     );
 }
 
+/// A call parked behind Gatehouse's own listing; returns the listing's id.
+fn park_call(r: &mut Relay<FakeInspector>, id: u64, tool: &str) -> Value {
+    let out = r.on_client_frame(line(call(id, tool)), 0);
+    let sent = to_server(&out);
+    assert_eq!(sent[0]["method"], "tools/list", "{out:?}");
+    sent[0]["id"].clone()
+}
+
+#[test]
+fn frames_sent_after_a_parked_call_wait_behind_it() {
+    let mut r = relay(Settings::default(), PinTable::default());
+    let listing = park_call(&mut r, 5, "echo");
+    let ping = json!({"jsonrpc":"2.0","id":6,"method":"ping"});
+    let note = json!({"jsonrpc":"2.0","method":"notifications/roots/list_changed"});
+    for frame in [&ping, &note] {
+        let out = r.on_client_frame(line(frame.clone()), 1);
+        assert!(out.is_empty(), "nothing overtakes the parked call: {out:?}");
+    }
+    // The client's answer to a server request goes on at once: the server
+    // may wait for it before it answers the listing.
+    let answer = json!({"jsonrpc":"2.0","id":"s1","result":{}});
+    let out = r.on_client_frame(line(answer.clone()), 2);
+    assert_eq!(to_server(&out), vec![answer]);
+
+    let out = r.on_server_frame(
+        line(json!({"jsonrpc":"2.0","id":listing,"result":{"tools":[tool("echo","Echoes")]}})),
+        3,
+    );
+    let ids: Vec<Value> = to_server(&out)
+        .iter()
+        .map(|m| m["method"].clone())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![json!("tools/call"), json!("ping"), json!(note["method"])],
+        "released in the client's order"
+    );
+    assert!(!r.has_outstanding_work());
+}
+
+#[test]
+fn cancelling_a_parked_call_drops_it_unanswered() {
+    let mut r = relay(Settings::default(), PinTable::default());
+    let listing = park_call(&mut r, 5, "echo");
+    r.on_client_frame(line(json!({"jsonrpc":"2.0","id":6,"method":"ping"})), 1);
+    let cancel = |id: u64| {
+        line(
+            json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":id,"reason":"user"}}),
+        )
+    };
+    let out = r.on_client_frame(cancel(5), 2);
+    assert!(
+        to_server(&out).is_empty() && to_client(&out).is_empty(),
+        "neither the call nor its cancellation reaches anyone: {out:?}"
+    );
+    assert_eq!(events(&out)[0].rule, "client.cancelled");
+    // A cancellation of a request not held here waits its turn.
+    r.on_client_frame(cancel(4), 3);
+
+    let out = r.on_server_frame(
+        line(json!({"jsonrpc":"2.0","id":listing,"result":{"tools":[tool("echo","Echoes")]}})),
+        4,
+    );
+    let sent = to_server(&out);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[0]["method"], "ping");
+    assert_eq!(sent[1]["params"]["requestId"], 4);
+    assert!(
+        to_client(&out).is_empty(),
+        "a cancelled call gets no answer"
+    );
+}
+
 #[test]
 fn unparseable_server_lines_are_dropped_with_an_event() {
     let mut r = relay(Settings::default(), PinTable::default());
