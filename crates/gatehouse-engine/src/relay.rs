@@ -35,6 +35,71 @@ enum Pending {
 #[derive(Clone, Debug)]
 enum Internal {
     ToolsList,
+    /// A listing page given up on (it timed out): a late answer is dropped.
+    Abandoned,
+}
+
+/// How long Gatehouse waits for each page of its own `tools/list` before
+/// the calls parked behind it are answered with an error. Half the 60 s
+/// request timeout common in MCP clients, so the client hears why first.
+pub const OWN_LIST_TIMEOUT_MS: u64 = 30_000;
+
+/// After a failed own listing, calls that need it are blocked at once for
+/// this long, doubling with each failure in a row up to
+/// [`OWN_LIST_RETRY_MAX_MS`]; the first call after that lists again.
+pub const OWN_LIST_RETRY_MS: u64 = 1_000;
+pub const OWN_LIST_RETRY_MAX_MS: u64 = 60_000;
+
+/// The `tools/list` Gatehouse sends itself to judge a call made before the
+/// client listed (DESIGN §3: "wrap lists first").
+#[derive(Debug, Default)]
+struct OwnListing {
+    /// While a page is asked for: when it must have been answered.
+    deadline_ms: Option<u64>,
+    /// The last listing failed: why, and when the next may start.
+    failed: Option<ListFailure>,
+    /// The protocol fields of the call's `_meta` that started the listing
+    /// (see [`protocol_meta`]), repeated in each of its requests.
+    meta: Option<Value>,
+}
+
+#[derive(Debug)]
+struct ListFailure {
+    reason: String,
+    in_a_row: u32,
+    retry_at_ms: u64,
+}
+
+impl OwnListing {
+    fn in_progress(&self) -> bool {
+        self.deadline_ms.is_some()
+    }
+
+    /// The failure a call must be blocked with now, if any.
+    fn failure_at(&self, now_ms: u64) -> Option<&str> {
+        self.failed
+            .as_ref()
+            .filter(|f| now_ms < f.retry_at_ms && !self.in_progress())
+            .map(|f| f.reason.as_str())
+    }
+
+    fn succeeded(&mut self) {
+        self.deadline_ms = None;
+        self.failed = None;
+    }
+
+    fn fail(&mut self, reason: String, now_ms: u64) {
+        let in_a_row = self.failed.as_ref().map_or(1, |f| f.in_a_row + 1);
+        let backoff = OWN_LIST_RETRY_MS
+            .saturating_mul(1 << (in_a_row - 1).min(16))
+            .min(OWN_LIST_RETRY_MAX_MS);
+        self.deadline_ms = None;
+        self.failed = Some(ListFailure {
+            reason,
+            in_a_row,
+            retry_at_ms: now_ms + backoff,
+        });
+    }
 }
 
 /// A tool as last listed by the server in this session.
@@ -128,7 +193,7 @@ pub struct Relay<I: Inspector> {
     internal: HashMap<RequestId, Internal>,
     tools: HashMap<String, SeenTool>,
     listed_once: bool,
-    listing_in_progress: bool,
+    own_listing: OwnListing,
     exposed_in_listing: usize,
     /// Client messages waiting for the tool list, in the client's order.
     parked: VecDeque<Parked>,
@@ -193,7 +258,7 @@ impl<I: Inspector> Relay<I> {
             internal: HashMap::new(),
             tools: HashMap::new(),
             listed_once: false,
-            listing_in_progress: false,
+            own_listing: OwnListing::default(),
             exposed_in_listing: 0,
             parked: VecDeque::new(),
             reported: HashSet::new(),
@@ -217,7 +282,11 @@ impl<I: Inspector> Relay<I> {
     /// Our own requests or parked calls still in flight: the host keeps the
     /// server's stdin open until they are done, even after the client left.
     pub fn has_outstanding_work(&self) -> bool {
-        !self.parked.is_empty() || !self.internal.is_empty()
+        !self.parked.is_empty()
+            || self
+                .internal
+                .values()
+                .any(|i| !matches!(i, Internal::Abandoned))
     }
 
     pub fn settings(&self) -> &Settings {
@@ -506,11 +575,17 @@ impl<I: Inspector> Relay<I> {
         now_ms: u64,
         out: &mut Vec<Output>,
     ) -> Verdict {
-        let _ = now_ms;
         if !self.listed_once && !self.tools.contains_key(tool) {
+            if let Some(failure) = self.own_listing.failure_at(now_ms) {
+                let reason = format!(
+                    "the server's tool list, needed to judge this call, could not be had: {failure}"
+                );
+                return self.block_call(id, tool, "list.failed", Severity::Medium, &reason, out);
+            }
             // Judge only against a known list: ask the server first.
-            if !self.listing_in_progress {
-                self.start_internal_listing(None, out);
+            if !self.own_listing.in_progress() {
+                self.own_listing.meta = protocol_meta(msg);
+                self.start_internal_listing(None, now_ms, out);
             }
             return Verdict::Park;
         }
@@ -620,15 +695,27 @@ impl<I: Inspector> Relay<I> {
         ))
     }
 
-    fn start_internal_listing(&mut self, cursor: Option<&Value>, out: &mut Vec<Output>) {
+    fn start_internal_listing(
+        &mut self,
+        cursor: Option<&Value>,
+        now_ms: u64,
+        out: &mut Vec<Output>,
+    ) {
         self.next_internal += 1;
         let id = RequestId::String(format!("gatehouse-{}-{}", self.nonce, self.next_internal));
         self.internal.insert(id.clone(), Internal::ToolsList);
         if cursor.is_none() {
             self.begin_listing();
         }
-        self.listing_in_progress = true;
-        let params = cursor.map(|c| json!({ "cursor": c }));
+        self.own_listing.deadline_ms = Some(now_ms + OWN_LIST_TIMEOUT_MS);
+        let mut params = serde_json::Map::new();
+        if let Some(cursor) = cursor {
+            params.insert("cursor".into(), cursor.clone());
+        }
+        if let Some(meta) = &self.own_listing.meta {
+            params.insert("_meta".into(), meta.clone());
+        }
+        let params = (!params.is_empty()).then_some(Value::Object(params));
         out.push(Output::ToServer(request_line(
             Some(&id),
             "tools/list",
@@ -805,34 +892,53 @@ impl<I: Inspector> Relay<I> {
         now_ms: u64,
         out: &mut Vec<Output>,
     ) {
-        match internal {
-            Internal::ToolsList => {
-                if let Some(tools) = msg
-                    .result()
-                    .and_then(|r| r.get("tools"))
-                    .and_then(Value::as_array)
-                {
-                    for tool in tools {
-                        self.judge_tool(tool, out);
-                    }
-                }
-                match msg
-                    .result()
-                    .and_then(|r| r.get("nextCursor"))
-                    .filter(|c| !c.is_null())
-                {
-                    Some(cursor) => {
-                        let cursor = cursor.clone();
-                        self.start_internal_listing(Some(&cursor), out);
-                    }
-                    None => {
-                        self.listing_in_progress = false;
-                        self.listed_once = true;
-                        self.release_parked(now_ms, out);
-                    }
-                }
+        if matches!(internal, Internal::Abandoned) {
+            // Given up on: the calls that waited have had their answer.
+            return;
+        }
+        let Some(tools) = msg
+            .result()
+            .and_then(|r| r.get("tools"))
+            .and_then(Value::as_array)
+        else {
+            let reason = list_failure(msg, &self.inspector);
+            return self.own_listing_failed(reason, now_ms, out);
+        };
+        for tool in tools {
+            self.judge_tool(tool, out);
+        }
+        match msg
+            .result()
+            .and_then(|r| r.get("nextCursor"))
+            .filter(|c| !c.is_null())
+        {
+            Some(cursor) => {
+                let cursor = cursor.clone();
+                self.start_internal_listing(Some(&cursor), now_ms, out);
+            }
+            None => {
+                self.own_listing.succeeded();
+                self.listed_once = true;
+                self.release_parked(now_ms, out);
             }
         }
+    }
+
+    /// Our listing failed (an error, no tools, no answer in time): the
+    /// waiting calls are blocked naming why, and calls keep being blocked
+    /// until the retry delay has passed.
+    fn own_listing_failed(&mut self, reason: String, now_ms: u64, out: &mut Vec<Output>) {
+        out.push(Output::Event(
+            EngineEvent::new(
+                "mcp_tool_list_failed",
+                Severity::Medium,
+                Action::Alert,
+                "list.failed",
+            )
+            .reason(reason.clone()),
+        ));
+        self.own_listing.fail(reason, now_ms);
+        self.release_parked(now_ms, out);
     }
 
     /// The tool list is known (or cannot be had): what the client sent
@@ -1683,16 +1789,33 @@ impl<I: Inspector> Relay<I> {
 
     /// When the host should call [`Relay::on_tick`] next, if at all.
     pub fn next_deadline_ms(&self) -> Option<u64> {
-        self.trailing_list_changed.then(|| {
+        let list_changed = self.trailing_list_changed.then(|| {
             self.last_list_changed_ms.unwrap_or(0) + self.settings.list_changed_interval_ms
-        })
+        });
+        list_changed
+            .into_iter()
+            .chain(self.own_listing.deadline_ms)
+            .min()
     }
 
-    /// Timers: sends a coalesced trailing `list_changed` when it is due.
+    /// Timers: sends a coalesced trailing `list_changed` when it is due, and
+    /// gives up on our own listing when the server is too slow to answer.
     pub fn on_tick(&mut self, now_ms: u64) -> Vec<Output> {
         let mut out = Vec::new();
-        if self.next_deadline_ms().is_some_and(|d| now_ms >= d) {
+        let list_changed_due =
+            self.last_list_changed_ms.unwrap_or(0) + self.settings.list_changed_interval_ms;
+        if self.trailing_list_changed && now_ms >= list_changed_due {
             self.send_list_changed(now_ms, &mut out);
+        }
+        if self.own_listing.deadline_ms.is_some_and(|d| now_ms >= d) {
+            for request in self.internal.values_mut() {
+                *request = Internal::Abandoned;
+            }
+            let reason = format!(
+                "the server did not answer tools/list within {} s",
+                OWN_LIST_TIMEOUT_MS / 1000
+            );
+            self.own_listing_failed(reason, now_ms, &mut out);
         }
         out
     }
@@ -1745,6 +1868,52 @@ impl<I: Inspector> Relay<I> {
         }
         out
     }
+}
+
+/// Why the server's answer to our `tools/list` is no list, fit to show the
+/// client: the error's code and message, the message without control
+/// characters, at most 120 characters, and withheld when the scanner finds
+/// anything in it (a credential, hidden instructions).
+fn list_failure<I: Inspector>(msg: &Message, inspector: &I) -> String {
+    let Some(error) = msg.value.get("error") else {
+        return "the server answered tools/list without a list of tools".into();
+    };
+    let code = match error.get("code").and_then(Value::as_i64) {
+        Some(code) => format!(" {code}"),
+        None => String::new(),
+    };
+    let text = error.get("message").and_then(Value::as_str).unwrap_or("");
+    let findings = inspector.scan_result(
+        "tools/list",
+        &json!({"content": [{"type": "text", "text": text}]}),
+    );
+    let said = match findings.first() {
+        Some(finding) => format!("a message withheld for {}", finding.family),
+        None => {
+            let shown: String = text.chars().filter(|c| !c.is_control()).take(120).collect();
+            format!("{shown:?}")
+        }
+    };
+    format!("the server answered tools/list with error{code}: {said}")
+}
+
+/// The `_meta` fields by which a request of the stateless revision
+/// (2026-07-28) says which protocol its client speaks: that revision has
+/// no `initialize`, so every request, our own included, must carry them.
+const PROTOCOL_META: [&str; 3] = [
+    "io.modelcontextprotocol/protocolVersion",
+    "io.modelcontextprotocol/clientCapabilities",
+    "io.modelcontextprotocol/clientInfo",
+];
+
+/// The [`PROTOCOL_META`] fields `msg` carries, if any.
+fn protocol_meta(msg: &Message) -> Option<Value> {
+    let meta = msg.params()?.get("_meta")?.as_object()?;
+    let fields: serde_json::Map<String, Value> = PROTOCOL_META
+        .iter()
+        .filter_map(|key| Some((key.to_string(), meta.get(*key)?.clone())))
+        .collect();
+    (!fields.is_empty()).then_some(Value::Object(fields))
 }
 
 /// The tool a `tools/call` names ("" when it names none).

@@ -262,8 +262,8 @@ fn call_before_list_makes_gatehouse_list_first() {
 }
 
 /// A call parked behind Gatehouse's own listing; returns the listing's id.
-fn park_call(r: &mut Relay<FakeInspector>, id: u64, tool: &str) -> Value {
-    let out = r.on_client_frame(line(call(id, tool)), 0);
+fn park_call(r: &mut Relay<FakeInspector>, id: u64, tool: &str, now_ms: u64) -> Value {
+    let out = r.on_client_frame(line(call(id, tool)), now_ms);
     let sent = to_server(&out);
     assert_eq!(sent[0]["method"], "tools/list", "{out:?}");
     sent[0]["id"].clone()
@@ -272,7 +272,7 @@ fn park_call(r: &mut Relay<FakeInspector>, id: u64, tool: &str) -> Value {
 #[test]
 fn frames_sent_after_a_parked_call_wait_behind_it() {
     let mut r = relay(Settings::default(), PinTable::default());
-    let listing = park_call(&mut r, 5, "echo");
+    let listing = park_call(&mut r, 5, "echo", 0);
     let ping = json!({"jsonrpc":"2.0","id":6,"method":"ping"});
     let note = json!({"jsonrpc":"2.0","method":"notifications/roots/list_changed"});
     for frame in [&ping, &note] {
@@ -304,7 +304,7 @@ fn frames_sent_after_a_parked_call_wait_behind_it() {
 #[test]
 fn cancelling_a_parked_call_drops_it_unanswered() {
     let mut r = relay(Settings::default(), PinTable::default());
-    let listing = park_call(&mut r, 5, "echo");
+    let listing = park_call(&mut r, 5, "echo", 0);
     r.on_client_frame(line(json!({"jsonrpc":"2.0","id":6,"method":"ping"})), 1);
     let cancel = |id: u64| {
         line(
@@ -332,6 +332,146 @@ fn cancelling_a_parked_call_drops_it_unanswered() {
         to_client(&out).is_empty(),
         "a cancelled call gets no answer"
     );
+}
+
+fn blocked_rule(answer: &Value) -> String {
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    text.split("(rule ")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap()
+        .into()
+}
+
+#[test]
+fn a_failed_own_listing_is_named_and_retried_after_a_delay() {
+    let mut r = relay(Settings::default(), PinTable::default());
+    let listing = park_call(&mut r, 5, "echo", 0);
+    let out = r.on_server_frame(
+        line(json!({"jsonrpc":"2.0","id":listing,"error":{"code":-32603,"message":"boom\u{7}"}})),
+        10,
+    );
+    let answer = &to_client(&out)[0];
+    assert_eq!(answer["id"], 5);
+    assert_eq!(
+        blocked_rule(answer),
+        "list.failed",
+        "not tool.unknown: the list failed"
+    );
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains(r#"error -32603: "boom""#),
+        "the server's own words, without control characters: {text}"
+    );
+    assert!(events(&out)
+        .iter()
+        .any(|e| e.kind == "mcp_tool_list_failed"));
+
+    // Within the retry delay, a call is blocked at once; after it, the
+    // relay lists again.
+    let out = r.on_client_frame(line(call(6, "echo")), 10 + OWN_LIST_RETRY_MS - 1);
+    assert_eq!(blocked_rule(&to_client(&out)[0]), "list.failed");
+    assert!(to_server(&out).is_empty(), "no new listing yet: {out:?}");
+    let listing = park_call(&mut r, 7, "echo", 10 + OWN_LIST_RETRY_MS);
+    let listed = json!({"jsonrpc":"2.0","id":listing,"result":{"tools":[tool("echo","Echoes")]}});
+    let out = r.on_server_frame(line(listed), 2_000);
+    assert_eq!(
+        to_server(&out)[0]["id"],
+        7,
+        "the retried listing passed the call"
+    );
+}
+
+#[test]
+fn retries_of_a_failing_own_listing_back_off() {
+    let mut r = relay(Settings::default(), PinTable::default());
+    let mut listing = park_call(&mut r, 1, "echo", 0);
+    let mut now = 0;
+    let mut delays = Vec::new();
+    for id in 2..10 {
+        let error = json!({"jsonrpc":"2.0","id":listing,"error":{"code":-1,"message":"no"}});
+        r.on_server_frame(line(error), now);
+        let failed_at = now;
+        // Calls every 250 ms until one makes the relay list again.
+        listing = (0..1_000)
+            .find_map(|_| {
+                now += 250;
+                let out = r.on_client_frame(line(call(id, "echo")), now);
+                to_server(&out).first().map(|request| request["id"].clone())
+            })
+            .expect("a later call lists again");
+        delays.push(now - failed_at);
+    }
+    assert_eq!(
+        delays,
+        [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000],
+        "doubling from OWN_LIST_RETRY_MS up to OWN_LIST_RETRY_MAX_MS"
+    );
+}
+
+#[test]
+fn an_unanswered_own_listing_times_out_and_answers_the_parked_calls() {
+    let mut r = relay(Settings::default(), PinTable::default());
+    let listing = park_call(&mut r, 5, "echo", 0);
+    r.on_client_frame(line(json!({"jsonrpc":"2.0","id":6,"method":"ping"})), 1);
+    assert_eq!(r.next_deadline_ms(), Some(OWN_LIST_TIMEOUT_MS));
+    assert!(r.on_tick(OWN_LIST_TIMEOUT_MS - 1).is_empty());
+    let out = r.on_tick(OWN_LIST_TIMEOUT_MS);
+    let answer = &to_client(&out)[0];
+    assert_eq!(answer["id"], 5);
+    assert_eq!(blocked_rule(answer), "list.failed");
+    assert!(
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer tools/list within 30 s"),
+        "{answer}"
+    );
+    assert_eq!(
+        to_server(&out)[0]["method"],
+        "ping",
+        "the frames behind it go on"
+    );
+    assert!(
+        !r.has_outstanding_work(),
+        "nothing keeps wrap waiting on the silent server"
+    );
+    assert_eq!(r.next_deadline_ms(), None);
+    // A late answer is dropped, never forwarded.
+    let late = json!({"jsonrpc":"2.0","id":listing,"result":{"tools":[tool("echo","Echoes")]}});
+    let out = r.on_server_frame(line(late), OWN_LIST_TIMEOUT_MS + 5);
+    assert!(to_client(&out).is_empty(), "{out:?}");
+}
+
+#[test]
+fn own_listing_carries_the_protocol_meta_of_the_stateless_revision() {
+    let mut r = relay(Settings::default(), PinTable::default());
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}},
+        "io.modelcontextprotocol/clientInfo": {"name": "qa", "version": "1"},
+    });
+    let mut stateless_call = call(5, "echo");
+    stateless_call["params"]["_meta"] = meta.clone();
+    stateless_call["params"]["_meta"]["progressToken"] = json!("p1");
+    let out = r.on_client_frame(line(stateless_call), 0);
+    let listing = &to_server(&out)[0];
+    assert_eq!(
+        listing["params"]["_meta"], meta,
+        "the protocol fields, not the call's own progress token"
+    );
+    let page = json!({"jsonrpc":"2.0","id":listing["id"],"result":{"tools":[],"nextCursor":"c1"}});
+    let out = r.on_server_frame(line(page), 1);
+    let page2 = &to_server(&out)[0];
+    assert_eq!(page2["params"], json!({"cursor": "c1", "_meta": meta}));
+
+    // Earlier revisions send no `_meta` (and no params at all).
+    let mut r = relay(Settings::default(), PinTable::default());
+    let out = r.on_client_frame(line(call(5, "echo")), 0);
+    assert!(to_server(&out)[0].get("params").is_none(), "{out:?}");
 }
 
 #[test]
