@@ -25,8 +25,14 @@ pub struct ServerInfo {
 #[derive(Clone, Debug)]
 enum Pending {
     Initialize,
-    ToolsList { first_page: bool },
-    ToolsCall { tool: String },
+    /// One page of the client's listing; `cursor` names it (`None`: the
+    /// first page).
+    ToolsList {
+        cursor: Option<String>,
+    },
+    ToolsCall {
+        tool: String,
+    },
     Inspected(String),
     Other,
 }
@@ -34,7 +40,8 @@ enum Pending {
 /// Our own requests to the server (never forwarded).
 #[derive(Clone, Debug)]
 enum Internal {
-    ToolsList,
+    /// A page of our listing, named like [`Pending::ToolsList`].
+    ToolsList { cursor: Option<String> },
     /// A listing page given up on (it timed out): a late answer is dropped.
     Abandoned,
 }
@@ -192,6 +199,8 @@ pub struct Relay<I: Inspector> {
     pending: HashMap<RequestId, Pending>,
     internal: HashMap<RequestId, Internal>,
     tools: HashMap<String, SeenTool>,
+    /// The page (cursor) of the current listing each name was first seen on.
+    listed_on: HashMap<String, Option<String>>,
     listed_once: bool,
     own_listing: OwnListing,
     exposed_in_listing: usize,
@@ -257,6 +266,7 @@ impl<I: Inspector> Relay<I> {
             pending: HashMap::new(),
             internal: HashMap::new(),
             tools: HashMap::new(),
+            listed_on: HashMap::new(),
             listed_once: false,
             own_listing: OwnListing::default(),
             exposed_in_listing: 0,
@@ -537,7 +547,10 @@ impl<I: Inspector> Relay<I> {
                 return Verdict::Forward;
             }
             "tools/list" => Pending::ToolsList {
-                first_page: msg.params().and_then(|p| p.get("cursor")).is_none(),
+                cursor: msg
+                    .params()
+                    .and_then(|p| p.get("cursor"))
+                    .map(Value::to_string),
             },
             "tools/call" => {
                 let tool = called_tool(msg).to_string();
@@ -703,7 +716,12 @@ impl<I: Inspector> Relay<I> {
     ) {
         self.next_internal += 1;
         let id = RequestId::String(format!("gatehouse-{}-{}", self.nonce, self.next_internal));
-        self.internal.insert(id.clone(), Internal::ToolsList);
+        self.internal.insert(
+            id.clone(),
+            Internal::ToolsList {
+                cursor: cursor.map(Value::to_string),
+            },
+        );
         if cursor.is_none() {
             self.begin_listing();
         }
@@ -726,6 +744,7 @@ impl<I: Inspector> Relay<I> {
     fn begin_listing(&mut self) {
         self.exposed_in_listing = 0;
         self.tools.clear();
+        self.listed_on.clear();
     }
 
     // ----- server → client -------------------------------------------------
@@ -892,10 +911,11 @@ impl<I: Inspector> Relay<I> {
         now_ms: u64,
         out: &mut Vec<Output>,
     ) {
-        if matches!(internal, Internal::Abandoned) {
+        let cursor = match internal {
+            Internal::ToolsList { cursor } => cursor,
             // Given up on: the calls that waited have had their answer.
-            return;
-        }
+            Internal::Abandoned => return,
+        };
         let Some(tools) = msg
             .result()
             .and_then(|r| r.get("tools"))
@@ -904,9 +924,7 @@ impl<I: Inspector> Relay<I> {
             let reason = list_failure(msg, &self.inspector);
             return self.own_listing_failed(reason, now_ms, out);
         };
-        for tool in tools {
-            self.judge_tool(tool, out);
-        }
+        self.judge_page(tools, cursor.as_deref(), out);
         match msg
             .result()
             .and_then(|r| r.get("nextCursor"))
@@ -973,8 +991,8 @@ impl<I: Inspector> Relay<I> {
         };
         match pending {
             Pending::Initialize => self.inspect_initialize(msg, result, out),
-            Pending::ToolsList { first_page } => {
-                self.inspect_tools_page(msg, result, first_page, out)
+            Pending::ToolsList { cursor } => {
+                self.inspect_tools_page(msg, result, cursor.as_deref(), out)
             }
             Pending::ToolsCall { tool } => {
                 self.inspect_result(msg, "tools/call", Some(&tool), result, out)
@@ -1049,16 +1067,16 @@ impl<I: Inspector> Relay<I> {
         &mut self,
         msg: &Message,
         result: &Value,
-        first_page: bool,
+        cursor: Option<&str>,
         out: &mut Vec<Output>,
     ) -> Verdict {
-        if first_page {
+        if cursor.is_none() {
             self.begin_listing();
         }
         let Some(tools) = result.get("tools").and_then(Value::as_array) else {
             return Verdict::Forward;
         };
-        let keep: Vec<bool> = tools.iter().map(|t| self.judge_tool(t, out)).collect();
+        let keep = self.judge_page(tools, cursor, out);
         if result.get("nextCursor").filter(|c| !c.is_null()).is_none() {
             self.listed_once = true;
         }
@@ -1071,6 +1089,93 @@ impl<I: Inspector> Relay<I> {
             list.retain(|_| *flags.next().unwrap_or(&true));
         }
         Verdict::Rewrite(v)
+    }
+
+    /// Judges one page of a tool listing (`cursor` names the page, `None`
+    /// the first); returns which of its tools the client may see.
+    ///
+    /// A name listed with two different definitions in one listing, on one
+    /// page or on two, is ambiguous: a call could run either. Every
+    /// definition of it is withheld, unjudged and unpinned, and calls to it
+    /// are blocked (`list.duplicate_name`), in whatever order the server
+    /// listed them. (A copy on an earlier page has reached the client
+    /// already; calls to it are blocked all the same.) An identical repeat
+    /// is judged like the first, so a page listed twice changes nothing.
+    fn judge_page(
+        &mut self,
+        tools: &[Value],
+        cursor: Option<&str>,
+        out: &mut Vec<Output>,
+    ) -> Vec<bool> {
+        let mut by_name: HashMap<&str, Vec<&Value>> = HashMap::new();
+        for tool in tools {
+            if let Some(name) = tool.get("name").and_then(Value::as_str) {
+                by_name.entry(name).or_default().push(tool);
+            }
+        }
+        let mut ambiguous = HashSet::new();
+        for (name, definitions) in &by_name {
+            let earlier = self
+                .listed_on
+                .get(*name)
+                .filter(|page| page.as_deref() != cursor)
+                .and_then(|_| self.tools.get(*name));
+            if definitions.len() < 2 && earlier.is_none() {
+                continue;
+            }
+            let mut hashes: Vec<String> = definitions.iter().map(|t| tool_hash(t)).collect();
+            if let Some(earlier) = earlier {
+                hashes.extend(earlier.hash.split(' ').map(str::to_owned));
+            }
+            hashes.sort_unstable();
+            hashes.dedup();
+            if hashes.len() > 1 {
+                ambiguous.insert(*name);
+                self.withhold_ambiguous(name, hashes, out);
+            }
+        }
+        for name in by_name.keys() {
+            self.listed_on
+                .entry(name.to_string())
+                .or_insert_with(|| cursor.map(str::to_owned));
+        }
+        tools
+            .iter()
+            .map(|tool| match tool.get("name").and_then(Value::as_str) {
+                Some(name) if ambiguous.contains(name) => false,
+                _ => self.judge_tool(tool, out),
+            })
+            .collect()
+    }
+
+    /// `name` was listed with several definitions (`hashes`, sorted).
+    fn withhold_ambiguous(&mut self, name: &str, hashes: Vec<String>, out: &mut Vec<Output>) {
+        let rule = "list.duplicate_name";
+        if self.tools.get(name).is_some_and(|t| t.exposed) {
+            self.exposed_in_listing = self.exposed_in_listing.saturating_sub(1);
+        }
+        let hash = hashes.join(" ");
+        if self.reported.insert((name.to_string(), hash.clone())) {
+            out.push(Output::Event(
+                EngineEvent::new("mcp_tool_hidden", Severity::High, self.hold_action(), rule)
+                    .tool(name)
+                    .reason(format!(
+                        "the server listed {} different definitions named {name:?}; all are withheld",
+                        hashes.len()
+                    ))
+                    .evidence(json!({ "hashes": hashes })),
+            ));
+        }
+        self.tools.insert(
+            name.to_string(),
+            SeenTool {
+                hash,
+                exposed: false,
+                withheld_rule: rule,
+                facts: json!({"description": null, "annotations": null}),
+            },
+        );
+        self.tools_generation += 1;
     }
 
     /// Judges one listed tool; returns whether it is exposed to the client.
@@ -1956,6 +2061,7 @@ fn withheld_reason(rule: &str) -> &'static str {
         "pin.locked" => "the tool list is locked and this tool was not in it",
         "policy.tool_not_exposed" => "policy does not expose this tool",
         "list.tool_cap" => "the server lists more tools than policy allows",
+        "list.duplicate_name" => "the server lists different tools under this one name, so a call could run any of them",
         _ => "the tool definition is new or changed since it was approved and waits for approval",
     }
 }
