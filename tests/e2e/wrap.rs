@@ -744,3 +744,176 @@ fn pipelined_requests_do_not_deadlock() {
         "clean exit after the client closed stdin"
     );
 }
+
+/// A client that writes raw JSON-RPC lines to wrap and reads its answers.
+struct RawClient {
+    wrap: Reaped,
+    stdin: Option<ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl RawClient {
+    fn start(sb: &Sandbox, argv: &[String]) -> RawClient {
+        let mut wrap = spawn_wrap(sb, argv);
+        let stdin = wrap.0.stdin.take();
+        let stdout = BufReader::new(wrap.0.stdout.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        RawClient { wrap, stdin, lines }
+    }
+
+    fn send(&mut self, message: Value) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn recv(&mut self, what: &str) -> Value {
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("no answer to {what}"));
+        serde_json::from_str(&line).expect("the client only gets JSON")
+    }
+
+    /// Sends `initialize` and `notifications/initialized`.
+    fn initialize(&mut self) {
+        self.send(serde_json::from_str(INIT).unwrap());
+        self.recv("initialize");
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    }
+
+    fn quit(mut self) {
+        drop(self.stdin.take());
+        self.wrap.0.wait().expect("wrap ends when its client does");
+    }
+}
+
+fn echo_call(id: u64, text: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": "echo", "arguments": {"text": text}}})
+}
+
+/// The rule a blocked call's `isError` text names.
+fn blocked_rule(answer: &Value) -> String {
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = result_text(&answer["result"]);
+    let rule = text
+        .split("(rule ")
+        .nth(1)
+        .and_then(|t| t.split(')').next());
+    rule.unwrap_or_else(|| panic!("no rule in {text}"))
+        .to_string()
+}
+
+/// A call made before the client listed waits for wrap's own listing; what
+/// the client sends meanwhile waits behind it, and cancelling it drops it
+/// before it ever reaches the server.
+#[test]
+fn a_parked_call_keeps_its_place_and_a_cancel_drops_it() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let log = sb.path().join("server-received.jsonl");
+    let log_arg = log.display().to_string();
+    let server = peers.py_server("raw_server.py", &["--list-delay", "1", "--log", &log_arg]);
+    let mut client = RawClient::start(&sb, &sb.wrap_argv("slow-list", &[], &server));
+    client.initialize();
+    client.send(echo_call(2, "cancelled"));
+    client.send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                       "params": {"requestId": 2, "reason": "user"}}),
+    );
+    client.send(json!({"jsonrpc": "2.0", "id": 3, "method": "ping"}));
+    client.send(echo_call(4, "after"));
+    let answer = client.recv("ping");
+    assert_eq!(
+        answer["id"], 3,
+        "the cancelled call got no answer: {answer}"
+    );
+    let answer = client.recv("the call after");
+    assert_eq!(result_text(&answer["result"]), "after", "{answer}");
+    client.quit();
+
+    let received: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let methods: Vec<&str> = received
+        .iter()
+        .filter_map(|m| m["method"].as_str())
+        .filter(|m| !m.starts_with("notifications/initialized") && *m != "initialize")
+        .collect();
+    assert_eq!(
+        methods,
+        ["tools/list", "ping", "tools/call"],
+        "the ping waited for the listing, the cancelled call and its cancellation never came"
+    );
+}
+
+/// 2026-07-28 has no `initialize`: wrap's own listing carries the
+/// protocol fields of the call it lists for, so a strict server answers it.
+#[test]
+fn wraps_own_listing_speaks_the_stateless_revision() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let server = peers.py_server("raw_server.py", &["--stateless"]);
+    let mut client = RawClient::start(&sb, &sb.wrap_argv("stateless", &[], &server));
+    let mut call = echo_call(1, "stateless");
+    call["params"]["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    client.send(call);
+    let answer = client.recv("the call");
+    assert_eq!(result_text(&answer["result"]), "stateless", "{answer}");
+    client.quit();
+}
+
+/// A failed own listing says so (not "unknown tool") and is tried again
+/// once its retry delay has passed.
+#[test]
+fn a_failed_own_listing_is_named_and_retried() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let server = peers.py_server("raw_server.py", &["--list-errors", "1"]);
+    let mut client = RawClient::start(&sb, &sb.wrap_argv("list-error", &[], &server));
+    client.initialize();
+    client.send(echo_call(2, "first"));
+    let answer = client.recv("the first call");
+    assert_eq!(blocked_rule(&answer), "list.failed");
+    let text = result_text(&answer["result"]);
+    assert!(
+        text.contains(r#"error -32603: "tools unavailable""#),
+        "{text}"
+    );
+    std::thread::sleep(Duration::from_millis(1_100));
+    client.send(echo_call(3, "second"));
+    let answer = client.recv("the second call");
+    assert_eq!(result_text(&answer["result"]), "second", "{answer}");
+    client.quit();
+}
+
+/// Two different definitions under one name: neither is listed, calls are
+/// blocked.
+#[test]
+fn a_tool_name_listed_twice_is_withheld() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let server = peers.py_server("raw_server.py", &["--duplicate"]);
+    let mut client = RawClient::start(&sb, &sb.wrap_argv("duplicate", &[], &server));
+    client.initialize();
+    client.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let answer = client.recv("tools/list");
+    assert_eq!(answer["result"]["tools"], json!([]), "{answer}");
+    client.send(echo_call(3, "x"));
+    assert_eq!(
+        blocked_rule(&client.recv("the call")),
+        "list.duplicate_name"
+    );
+    client.quit();
+}

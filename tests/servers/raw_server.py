@@ -2,6 +2,7 @@
 for behaviours no SDK server produces on demand.
 
 Usage: raw_server.py [--garbage] [--exit-after-init CODE] [--pid-file PATH] [--requests] [--linger]
+                     [--log PATH] [--list-delay SECS] [--list-errors N] [--stateless] [--duplicate]
 
   --garbage            before answering tools/call, write one unparseable
                        line to stdout (the proxy must drop it)
@@ -14,6 +15,12 @@ Usage: raw_server.py [--garbage] [--exit-after-init CODE] [--pid-file PATH] [--r
                        returns the JSON answer it got (result or error)
   --linger             keep running after stdin closes (a server that only
                        a signal ends)
+  --log PATH           append every line received to PATH
+  --list-delay SECS    wait SECS before answering tools/list
+  --list-errors N      answer the first N tools/list requests with an error
+  --stateless          2026-07-28: reject every request whose params._meta
+                       lacks io.modelcontextprotocol/protocolVersion (-32022)
+  --duplicate          list a second, different tool named echo
 
 Tools: echo(text, repeat?, broken?) -> text repeated `repeat` times; with
 broken: true the answer is cut short (not JSON) and never completed.
@@ -29,6 +36,11 @@ garbage = "--garbage" in args
 requests = "--requests" in args
 linger = "--linger" in args
 exit_code = int(args[args.index("--exit-after-init") + 1]) if "--exit-after-init" in args else None
+log = args[args.index("--log") + 1] if "--log" in args else None
+list_delay = float(args[args.index("--list-delay") + 1]) if "--list-delay" in args else 0
+list_errors = int(args[args.index("--list-errors") + 1]) if "--list-errors" in args else 0
+stateless = "--stateless" in args
+duplicate = "--duplicate" in args
 if "--pid-file" in args:
     with open(args[args.index("--pid-file") + 1], "w") as f:
         f.write(str(os.getpid()))
@@ -93,6 +105,9 @@ while True:
         while linger:
             time.sleep(60)
         break
+    if log:
+        with open(log, "a") as f:
+            f.write(line)
     try:
         msg = json.loads(line)
     except ValueError:
@@ -100,15 +115,25 @@ while True:
     method, mid = msg.get("method"), msg.get("id")
     if mid is None:
         continue
-    if method == "initialize":
+    meta = (msg.get("params") or {}).get("_meta") or {}
+    if stateless and "io.modelcontextprotocol/protocolVersion" not in meta:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32022, "message": "Unsupported protocol version"}})
+    elif method == "initialize":
         send({"jsonrpc": "2.0", "id": mid, "result": {
             "protocolVersion": msg["params"].get("protocolVersion", "2025-06-18"),
             "capabilities": {"tools": {"listChanged": True}},
             "serverInfo": {"name": "raw-e2e", "version": "1.0.0"}}})
         if exit_code is not None:
             sys.exit(exit_code)
+    elif method == "tools/list" and list_errors > 0:
+        list_errors -= 1
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32603, "message": "tools unavailable"}})
     elif method == "tools/list":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [TOOL] + (REQUEST_TOOLS if requests else [])}})
+        time.sleep(list_delay)
+        tools = [TOOL] + (REQUEST_TOOLS if requests else [])
+        if duplicate:
+            tools.append(dict(TOOL, description="Echoes its text argument, and more."))
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
     elif method == "tools/call" and msg["params"].get("name") in ("roots", "sample", "elicit"):
         answer = request_tool(msg["params"]["name"], msg["params"].get("arguments") or {})
         send({"jsonrpc": "2.0", "id": mid, "result": {"content": [{"type": "text", "text": json.dumps(answer)}]}})

@@ -2,7 +2,7 @@
 //! server goes through [`Relay`], which returns what to forward, answer,
 //! record and persist (DESIGN §3, §4).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use gatehouse_protocol::message::{error_line, request_line, response_line};
 use gatehouse_protocol::{
@@ -25,8 +25,14 @@ pub struct ServerInfo {
 #[derive(Clone, Debug)]
 enum Pending {
     Initialize,
-    ToolsList { first_page: bool },
-    ToolsCall { tool: String },
+    /// One page of the client's listing; `cursor` names it (`None`: the
+    /// first page).
+    ToolsList {
+        cursor: Option<String>,
+    },
+    ToolsCall {
+        tool: String,
+    },
     Inspected(String),
     Other,
 }
@@ -34,7 +40,73 @@ enum Pending {
 /// Our own requests to the server (never forwarded).
 #[derive(Clone, Debug)]
 enum Internal {
-    ToolsList,
+    /// A page of our listing, named like [`Pending::ToolsList`].
+    ToolsList { cursor: Option<String> },
+    /// A listing page given up on (it timed out): a late answer is dropped.
+    Abandoned,
+}
+
+/// How long Gatehouse waits for each page of its own `tools/list` before
+/// the calls parked behind it are answered with an error. Half the 60 s
+/// request timeout common in MCP clients, so the client hears why first.
+pub const OWN_LIST_TIMEOUT_MS: u64 = 30_000;
+
+/// After a failed own listing, calls that need it are blocked at once for
+/// this long, doubling with each failure in a row up to
+/// [`OWN_LIST_RETRY_MAX_MS`]; the first call after that lists again.
+pub const OWN_LIST_RETRY_MS: u64 = 1_000;
+pub const OWN_LIST_RETRY_MAX_MS: u64 = 60_000;
+
+/// The `tools/list` Gatehouse sends itself to judge a call made before the
+/// client listed (DESIGN §3: "wrap lists first").
+#[derive(Debug, Default)]
+struct OwnListing {
+    /// While a page is asked for: when it must have been answered.
+    deadline_ms: Option<u64>,
+    /// The last listing failed: why, and when the next may start.
+    failed: Option<ListFailure>,
+    /// The protocol fields of the call's `_meta` that started the listing
+    /// (see [`protocol_meta`]), repeated in each of its requests.
+    meta: Option<Value>,
+}
+
+#[derive(Debug)]
+struct ListFailure {
+    reason: String,
+    in_a_row: u32,
+    retry_at_ms: u64,
+}
+
+impl OwnListing {
+    fn in_progress(&self) -> bool {
+        self.deadline_ms.is_some()
+    }
+
+    /// The failure a call must be blocked with now, if any.
+    fn failure_at(&self, now_ms: u64) -> Option<&str> {
+        self.failed
+            .as_ref()
+            .filter(|f| now_ms < f.retry_at_ms && !self.in_progress())
+            .map(|f| f.reason.as_str())
+    }
+
+    fn succeeded(&mut self) {
+        self.deadline_ms = None;
+        self.failed = None;
+    }
+
+    fn fail(&mut self, reason: String, now_ms: u64) {
+        let in_a_row = self.failed.as_ref().map_or(1, |f| f.in_a_row + 1);
+        let backoff = OWN_LIST_RETRY_MS
+            .saturating_mul(1 << (in_a_row - 1).min(16))
+            .min(OWN_LIST_RETRY_MAX_MS);
+        self.deadline_ms = None;
+        self.failed = Some(ListFailure {
+            reason,
+            in_a_row,
+            retry_at_ms: now_ms + backoff,
+        });
+    }
 }
 
 /// A tool as last listed by the server in this session.
@@ -46,6 +118,34 @@ struct SeenTool {
     withheld_rule: &'static str,
     /// The definition's description and annotations (for classification).
     facts: Value,
+}
+
+/// A client message or frame waiting for Gatehouse's own tool list.
+#[derive(Debug)]
+enum Parked {
+    /// A call to a tool the relay has not seen listed yet.
+    Call(Message),
+    /// A client frame that arrived while a call was parked: it waits its
+    /// turn, so nothing the client sent later reaches the server first.
+    Frame(Frame),
+}
+
+impl Parked {
+    /// The id of the one request this entry holds (none for a batch).
+    fn request_id(&self) -> Option<&RequestId> {
+        let msg = match self {
+            Parked::Call(msg) => msg,
+            Parked::Frame(Frame {
+                body: FrameBody::Single(msg),
+                ..
+            }) => msg,
+            Parked::Frame(_) => return None,
+        };
+        match &msg.kind {
+            MessageKind::Request { id, .. } => Some(id),
+            _ => None,
+        }
+    }
 }
 
 /// Which peer sent a frame.
@@ -99,10 +199,13 @@ pub struct Relay<I: Inspector> {
     pending: HashMap<RequestId, Pending>,
     internal: HashMap<RequestId, Internal>,
     tools: HashMap<String, SeenTool>,
+    /// The page (cursor) of the current listing each name was first seen on.
+    listed_on: HashMap<String, Option<String>>,
     listed_once: bool,
-    listing_in_progress: bool,
+    own_listing: OwnListing,
     exposed_in_listing: usize,
-    parked: Vec<Message>,
+    /// Client messages waiting for the tool list, in the client's order.
+    parked: VecDeque<Parked>,
     reported: HashSet<(String, String)>,
     last_list_changed_ms: Option<u64>,
     trailing_list_changed: bool,
@@ -163,10 +266,11 @@ impl<I: Inspector> Relay<I> {
             pending: HashMap::new(),
             internal: HashMap::new(),
             tools: HashMap::new(),
+            listed_on: HashMap::new(),
             listed_once: false,
-            listing_in_progress: false,
+            own_listing: OwnListing::default(),
             exposed_in_listing: 0,
-            parked: Vec::new(),
+            parked: VecDeque::new(),
             reported: HashSet::new(),
             last_list_changed_ms: None,
             trailing_list_changed: false,
@@ -188,7 +292,11 @@ impl<I: Inspector> Relay<I> {
     /// Our own requests or parked calls still in flight: the host keeps the
     /// server's stdin open until they are done, even after the client left.
     pub fn has_outstanding_work(&self) -> bool {
-        !self.parked.is_empty() || !self.internal.is_empty()
+        !self.parked.is_empty()
+            || self
+                .internal
+                .values()
+                .any(|i| !matches!(i, Internal::Abandoned))
     }
 
     pub fn settings(&self) -> &Settings {
@@ -263,7 +371,7 @@ impl<I: Inspector> Relay<I> {
                 Verdict::Drop => untouched = false,
                 Verdict::Park => {
                     untouched = false;
-                    self.parked.push(msg)
+                    self.parked.push_back(Parked::Call(msg))
                 }
             }
         }
@@ -290,6 +398,10 @@ impl<I: Inspector> Relay<I> {
 
     pub fn on_client_frame(&mut self, frame: Frame, now_ms: u64) -> Vec<Output> {
         let mut out = Vec::new();
+        if !self.parked.is_empty() && !self.may_overtake(&frame) {
+            self.hold_back(frame, &mut out);
+            return out;
+        }
         match frame.body {
             FrameBody::Single(msg) => {
                 self.relay_messages(Side::Client, frame.raw, false, vec![msg], now_ms, &mut out)
@@ -344,6 +456,55 @@ impl<I: Inspector> Relay<I> {
         out
     }
 
+    /// While a call is parked, only the client's answers to the server's
+    /// own requests go on at once: they refer to no request of the
+    /// client's, and the server may need one before it answers our listing.
+    fn may_overtake(&self, frame: &Frame) -> bool {
+        let is_answer = |msg: &Message| matches!(msg.kind, MessageKind::Response { .. });
+        match &frame.body {
+            FrameBody::Single(msg) => is_answer(msg),
+            FrameBody::Batch(items) => !items.is_empty() && items.iter().all(is_answer),
+            _ => false,
+        }
+    }
+
+    /// A client frame that arrived while a call is parked. It waits behind
+    /// the call, except a cancellation of a request still waiting here:
+    /// that request is dropped, unanswered (a cancelled request gets no
+    /// response), and neither it nor the cancellation reaches the server.
+    fn hold_back(&mut self, frame: Frame, out: &mut Vec<Output>) {
+        let cancelled = match &frame.body {
+            FrameBody::Single(msg) => cancelled_request(msg),
+            _ => None,
+        };
+        let waiting =
+            cancelled.and_then(|id| self.parked.iter().position(|p| p.request_id() == Some(&id)));
+        let Some(at) = waiting else {
+            self.parked.push_back(Parked::Frame(frame));
+            return;
+        };
+        let Some(dropped) = self.parked.remove(at) else {
+            return;
+        };
+        let id = dropped
+            .request_id()
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let mut event = EngineEvent::new(
+            "request_cancelled",
+            Severity::Info,
+            Action::Drop,
+            "client.cancelled",
+        )
+        .reason(format!(
+            "the client cancelled request {id} while it waited for the tool list; it never reached the server"
+        ));
+        if let Parked::Call(call) = &dropped {
+            event = event.tool(called_tool(call));
+        }
+        out.push(Output::Event(event));
+    }
+
     fn client_message(&mut self, msg: &Message, now_ms: u64, out: &mut Vec<Output>) -> Verdict {
         let MessageKind::Request { id, method } = &msg.kind else {
             return Verdict::Forward;
@@ -386,15 +547,13 @@ impl<I: Inspector> Relay<I> {
                 return Verdict::Forward;
             }
             "tools/list" => Pending::ToolsList {
-                first_page: msg.params().and_then(|p| p.get("cursor")).is_none(),
+                cursor: msg
+                    .params()
+                    .and_then(|p| p.get("cursor"))
+                    .map(Value::to_string),
             },
             "tools/call" => {
-                let tool = msg
-                    .params()
-                    .and_then(|p| p.get("name"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
+                let tool = called_tool(msg).to_string();
                 let verdict = self.check_call(id, &tool, msg, now_ms, out);
                 if matches!(verdict, Verdict::Forward) {
                     self.pending.insert(id.clone(), Pending::ToolsCall { tool });
@@ -429,11 +588,17 @@ impl<I: Inspector> Relay<I> {
         now_ms: u64,
         out: &mut Vec<Output>,
     ) -> Verdict {
-        let _ = now_ms;
         if !self.listed_once && !self.tools.contains_key(tool) {
+            if let Some(failure) = self.own_listing.failure_at(now_ms) {
+                let reason = format!(
+                    "the server's tool list, needed to judge this call, could not be had: {failure}"
+                );
+                return self.block_call(id, tool, "list.failed", Severity::Medium, &reason, out);
+            }
             // Judge only against a known list: ask the server first.
-            if !self.listing_in_progress {
-                self.start_internal_listing(None, out);
+            if !self.own_listing.in_progress() {
+                self.own_listing.meta = protocol_meta(msg);
+                self.start_internal_listing(None, now_ms, out);
             }
             return Verdict::Park;
         }
@@ -543,15 +708,32 @@ impl<I: Inspector> Relay<I> {
         ))
     }
 
-    fn start_internal_listing(&mut self, cursor: Option<&Value>, out: &mut Vec<Output>) {
+    fn start_internal_listing(
+        &mut self,
+        cursor: Option<&Value>,
+        now_ms: u64,
+        out: &mut Vec<Output>,
+    ) {
         self.next_internal += 1;
         let id = RequestId::String(format!("gatehouse-{}-{}", self.nonce, self.next_internal));
-        self.internal.insert(id.clone(), Internal::ToolsList);
+        self.internal.insert(
+            id.clone(),
+            Internal::ToolsList {
+                cursor: cursor.map(Value::to_string),
+            },
+        );
         if cursor.is_none() {
             self.begin_listing();
         }
-        self.listing_in_progress = true;
-        let params = cursor.map(|c| json!({ "cursor": c }));
+        self.own_listing.deadline_ms = Some(now_ms + OWN_LIST_TIMEOUT_MS);
+        let mut params = serde_json::Map::new();
+        if let Some(cursor) = cursor {
+            params.insert("cursor".into(), cursor.clone());
+        }
+        if let Some(meta) = &self.own_listing.meta {
+            params.insert("_meta".into(), meta.clone());
+        }
+        let params = (!params.is_empty()).then_some(Value::Object(params));
         out.push(Output::ToServer(request_line(
             Some(&id),
             "tools/list",
@@ -562,6 +744,7 @@ impl<I: Inspector> Relay<I> {
     fn begin_listing(&mut self) {
         self.exposed_in_listing = 0;
         self.tools.clear();
+        self.listed_on.clear();
     }
 
     // ----- server → client -------------------------------------------------
@@ -728,40 +911,72 @@ impl<I: Inspector> Relay<I> {
         now_ms: u64,
         out: &mut Vec<Output>,
     ) {
-        match internal {
-            Internal::ToolsList => {
-                if let Some(tools) = msg
-                    .result()
-                    .and_then(|r| r.get("tools"))
-                    .and_then(Value::as_array)
-                {
-                    for tool in tools {
-                        self.judge_tool(tool, out);
-                    }
-                }
-                match msg
-                    .result()
-                    .and_then(|r| r.get("nextCursor"))
-                    .filter(|c| !c.is_null())
-                {
-                    Some(cursor) => {
-                        let cursor = cursor.clone();
-                        self.start_internal_listing(Some(&cursor), out);
-                    }
-                    None => {
-                        self.listing_in_progress = false;
-                        self.listed_once = true;
-                        self.release_parked(now_ms, out);
-                    }
-                }
+        let cursor = match internal {
+            Internal::ToolsList { cursor } => cursor,
+            // Given up on: the calls that waited have had their answer.
+            Internal::Abandoned => return,
+        };
+        let Some(tools) = msg
+            .result()
+            .and_then(|r| r.get("tools"))
+            .and_then(Value::as_array)
+        else {
+            let reason = list_failure(msg, &self.inspector);
+            return self.own_listing_failed(reason, now_ms, out);
+        };
+        self.judge_page(tools, cursor.as_deref(), out);
+        match msg
+            .result()
+            .and_then(|r| r.get("nextCursor"))
+            .filter(|c| !c.is_null())
+        {
+            Some(cursor) => {
+                let cursor = cursor.clone();
+                self.start_internal_listing(Some(&cursor), now_ms, out);
+            }
+            None => {
+                self.own_listing.succeeded();
+                self.listed_once = true;
+                self.release_parked(now_ms, out);
             }
         }
     }
 
+    /// Our listing failed (an error, no tools, no answer in time): the
+    /// waiting calls are blocked naming why, and calls keep being blocked
+    /// until the retry delay has passed.
+    fn own_listing_failed(&mut self, reason: String, now_ms: u64, out: &mut Vec<Output>) {
+        out.push(Output::Event(
+            EngineEvent::new(
+                "mcp_tool_list_failed",
+                Severity::Medium,
+                Action::Alert,
+                "list.failed",
+            )
+            .reason(reason.clone()),
+        ));
+        self.own_listing.fail(reason, now_ms);
+        self.release_parked(now_ms, out);
+    }
+
+    /// The tool list is known (or cannot be had): what the client sent
+    /// meanwhile goes on in its order.
     fn release_parked(&mut self, now_ms: u64, out: &mut Vec<Output>) {
-        for msg in std::mem::take(&mut self.parked) {
-            let raw = to_line(&msg.value);
-            self.relay_messages(Side::Client, raw, false, vec![msg], now_ms, out);
+        let mut waiting = std::mem::take(&mut self.parked);
+        while let Some(next) = waiting.pop_front() {
+            match next {
+                Parked::Call(msg) => {
+                    let raw = to_line(&msg.value);
+                    self.relay_messages(Side::Client, raw, false, vec![msg], now_ms, out);
+                }
+                Parked::Frame(frame) => out.extend(self.on_client_frame(frame, now_ms)),
+            }
+            if !self.parked.is_empty() {
+                // Parked again (a new listing): the rest keeps waiting
+                // behind it.
+                self.parked.extend(waiting);
+                return;
+            }
         }
     }
 
@@ -776,8 +991,8 @@ impl<I: Inspector> Relay<I> {
         };
         match pending {
             Pending::Initialize => self.inspect_initialize(msg, result, out),
-            Pending::ToolsList { first_page } => {
-                self.inspect_tools_page(msg, result, first_page, out)
+            Pending::ToolsList { cursor } => {
+                self.inspect_tools_page(msg, result, cursor.as_deref(), out)
             }
             Pending::ToolsCall { tool } => {
                 self.inspect_result(msg, "tools/call", Some(&tool), result, out)
@@ -852,16 +1067,16 @@ impl<I: Inspector> Relay<I> {
         &mut self,
         msg: &Message,
         result: &Value,
-        first_page: bool,
+        cursor: Option<&str>,
         out: &mut Vec<Output>,
     ) -> Verdict {
-        if first_page {
+        if cursor.is_none() {
             self.begin_listing();
         }
         let Some(tools) = result.get("tools").and_then(Value::as_array) else {
             return Verdict::Forward;
         };
-        let keep: Vec<bool> = tools.iter().map(|t| self.judge_tool(t, out)).collect();
+        let keep = self.judge_page(tools, cursor, out);
         if result.get("nextCursor").filter(|c| !c.is_null()).is_none() {
             self.listed_once = true;
         }
@@ -874,6 +1089,93 @@ impl<I: Inspector> Relay<I> {
             list.retain(|_| *flags.next().unwrap_or(&true));
         }
         Verdict::Rewrite(v)
+    }
+
+    /// Judges one page of a tool listing (`cursor` names the page, `None`
+    /// the first); returns which of its tools the client may see.
+    ///
+    /// A name listed with two different definitions in one listing, on one
+    /// page or on two, is ambiguous: a call could run either. Every
+    /// definition of it is withheld, unjudged and unpinned, and calls to it
+    /// are blocked (`list.duplicate_name`), in whatever order the server
+    /// listed them. (A copy on an earlier page has reached the client
+    /// already; calls to it are blocked all the same.) An identical repeat
+    /// is judged like the first, so a page listed twice changes nothing.
+    fn judge_page(
+        &mut self,
+        tools: &[Value],
+        cursor: Option<&str>,
+        out: &mut Vec<Output>,
+    ) -> Vec<bool> {
+        let mut by_name: HashMap<&str, Vec<&Value>> = HashMap::new();
+        for tool in tools {
+            if let Some(name) = tool.get("name").and_then(Value::as_str) {
+                by_name.entry(name).or_default().push(tool);
+            }
+        }
+        let mut ambiguous = HashSet::new();
+        for (name, definitions) in &by_name {
+            let earlier = self
+                .listed_on
+                .get(*name)
+                .filter(|page| page.as_deref() != cursor)
+                .and_then(|_| self.tools.get(*name));
+            if definitions.len() < 2 && earlier.is_none() {
+                continue;
+            }
+            let mut hashes: Vec<String> = definitions.iter().map(|t| tool_hash(t)).collect();
+            if let Some(earlier) = earlier {
+                hashes.extend(earlier.hash.split(' ').map(str::to_owned));
+            }
+            hashes.sort_unstable();
+            hashes.dedup();
+            if hashes.len() > 1 {
+                ambiguous.insert(*name);
+                self.withhold_ambiguous(name, hashes, out);
+            }
+        }
+        for name in by_name.keys() {
+            self.listed_on
+                .entry(name.to_string())
+                .or_insert_with(|| cursor.map(str::to_owned));
+        }
+        tools
+            .iter()
+            .map(|tool| match tool.get("name").and_then(Value::as_str) {
+                Some(name) if ambiguous.contains(name) => false,
+                _ => self.judge_tool(tool, out),
+            })
+            .collect()
+    }
+
+    /// `name` was listed with several definitions (`hashes`, sorted).
+    fn withhold_ambiguous(&mut self, name: &str, hashes: Vec<String>, out: &mut Vec<Output>) {
+        let rule = "list.duplicate_name";
+        if self.tools.get(name).is_some_and(|t| t.exposed) {
+            self.exposed_in_listing = self.exposed_in_listing.saturating_sub(1);
+        }
+        let hash = hashes.join(" ");
+        if self.reported.insert((name.to_string(), hash.clone())) {
+            out.push(Output::Event(
+                EngineEvent::new("mcp_tool_hidden", Severity::High, self.hold_action(), rule)
+                    .tool(name)
+                    .reason(format!(
+                        "the server listed {} different definitions named {name:?}; all are withheld",
+                        hashes.len()
+                    ))
+                    .evidence(json!({ "hashes": hashes })),
+            ));
+        }
+        self.tools.insert(
+            name.to_string(),
+            SeenTool {
+                hash,
+                exposed: false,
+                withheld_rule: rule,
+                facts: json!({"description": null, "annotations": null}),
+            },
+        );
+        self.tools_generation += 1;
     }
 
     /// Judges one listed tool; returns whether it is exposed to the client.
@@ -1592,16 +1894,33 @@ impl<I: Inspector> Relay<I> {
 
     /// When the host should call [`Relay::on_tick`] next, if at all.
     pub fn next_deadline_ms(&self) -> Option<u64> {
-        self.trailing_list_changed.then(|| {
+        let list_changed = self.trailing_list_changed.then(|| {
             self.last_list_changed_ms.unwrap_or(0) + self.settings.list_changed_interval_ms
-        })
+        });
+        list_changed
+            .into_iter()
+            .chain(self.own_listing.deadline_ms)
+            .min()
     }
 
-    /// Timers: sends a coalesced trailing `list_changed` when it is due.
+    /// Timers: sends a coalesced trailing `list_changed` when it is due, and
+    /// gives up on our own listing when the server is too slow to answer.
     pub fn on_tick(&mut self, now_ms: u64) -> Vec<Output> {
         let mut out = Vec::new();
-        if self.next_deadline_ms().is_some_and(|d| now_ms >= d) {
+        let list_changed_due =
+            self.last_list_changed_ms.unwrap_or(0) + self.settings.list_changed_interval_ms;
+        if self.trailing_list_changed && now_ms >= list_changed_due {
             self.send_list_changed(now_ms, &mut out);
+        }
+        if self.own_listing.deadline_ms.is_some_and(|d| now_ms >= d) {
+            for request in self.internal.values_mut() {
+                *request = Internal::Abandoned;
+            }
+            let reason = format!(
+                "the server did not answer tools/list within {} s",
+                OWN_LIST_TIMEOUT_MS / 1000
+            );
+            self.own_listing_failed(reason, now_ms, &mut out);
         }
         out
     }
@@ -1660,6 +1979,71 @@ impl<I: Inspector> Relay<I> {
     }
 }
 
+/// Why the server's answer to our `tools/list` is no list, fit to show the
+/// client: the error's code and message, the message without control
+/// characters, at most 120 characters, and withheld when the scanner finds
+/// anything in it (a credential, hidden instructions).
+fn list_failure<I: Inspector>(msg: &Message, inspector: &I) -> String {
+    let Some(error) = msg.value.get("error") else {
+        return "the server answered tools/list without a list of tools".into();
+    };
+    let code = match error.get("code").and_then(Value::as_i64) {
+        Some(code) => format!(" {code}"),
+        None => String::new(),
+    };
+    let text = error.get("message").and_then(Value::as_str).unwrap_or("");
+    let findings = inspector.scan_result(
+        "tools/list",
+        &json!({"content": [{"type": "text", "text": text}]}),
+    );
+    let said = match findings.first() {
+        Some(finding) => format!("a message withheld for {}", finding.family),
+        None => {
+            let shown: String = text.chars().filter(|c| !c.is_control()).take(120).collect();
+            format!("{shown:?}")
+        }
+    };
+    format!("the server answered tools/list with error{code}: {said}")
+}
+
+/// The `_meta` fields by which a request of the stateless revision
+/// (2026-07-28) says which protocol its client speaks: that revision has
+/// no `initialize`, so every request, our own included, must carry them.
+const PROTOCOL_META: [&str; 3] = [
+    "io.modelcontextprotocol/protocolVersion",
+    "io.modelcontextprotocol/clientCapabilities",
+    "io.modelcontextprotocol/clientInfo",
+];
+
+/// The [`PROTOCOL_META`] fields `msg` carries, if any.
+fn protocol_meta(msg: &Message) -> Option<Value> {
+    let meta = msg.params()?.get("_meta")?.as_object()?;
+    let fields: serde_json::Map<String, Value> = PROTOCOL_META
+        .iter()
+        .filter_map(|key| Some((key.to_string(), meta.get(*key)?.clone())))
+        .collect();
+    (!fields.is_empty()).then_some(Value::Object(fields))
+}
+
+/// The tool a `tools/call` names ("" when it names none).
+fn called_tool(msg: &Message) -> &str {
+    msg.params()
+        .and_then(|p| p.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The request a `notifications/cancelled` names, if `msg` is one.
+fn cancelled_request(msg: &Message) -> Option<RequestId> {
+    match &msg.kind {
+        MessageKind::Notification { method } if method == "notifications/cancelled" => msg
+            .params()
+            .and_then(|p| p.get("requestId"))
+            .and_then(RequestId::from_value),
+        _ => None,
+    }
+}
+
 fn oversized_event(side: &str, len: u64, max: usize) -> Output {
     Output::Event(
         EngineEvent::new(
@@ -1681,6 +2065,7 @@ fn withheld_reason(rule: &str) -> &'static str {
         "pin.locked" => "the tool list is locked and this tool was not in it",
         "policy.tool_not_exposed" => "policy does not expose this tool",
         "list.tool_cap" => "the server lists more tools than policy allows",
+        "list.duplicate_name" => "the server lists different tools under this one name, so a call could run any of them",
         _ => "the tool definition is new or changed since it was approved and waits for approval",
     }
 }
