@@ -251,14 +251,14 @@ impl<I: Inspector> Relay<I> {
                 Side::Server => self.server_message(&msg, now_ms, out),
             };
             match verdict {
-                Verdict::Forward => forward.push(msg.value),
+                Verdict::Forward => forward.push(message_line(&msg.value, msg.id())),
                 Verdict::Rewrite(v) => {
                     untouched = false;
-                    forward.push(v)
+                    forward.push(message_line(&v, msg.id()))
                 }
                 Verdict::Answer(v) => {
                     untouched = false;
-                    answers.push(v)
+                    answers.push(message_line(&v, msg.id()))
                 }
                 Verdict::Drop => untouched = false,
                 Verdict::Park => {
@@ -271,11 +271,14 @@ impl<I: Inspector> Relay<I> {
             out.push(from.forward(raw));
             return;
         }
-        let line = |mut values: Vec<Value>| {
+        let line = |mut lines: Vec<Vec<u8>>| {
             if batch {
-                to_line(&Value::Array(values))
+                let mut joined = vec![b'['];
+                joined.extend(lines.join(&b','));
+                joined.push(b']');
+                joined
             } else {
-                to_line(&values.swap_remove(0))
+                lines.swap_remove(0)
             }
         };
         if !forward.is_empty() {
@@ -645,16 +648,18 @@ impl<I: Inspector> Relay<I> {
             out.push(Output::ToServer(error_line(&id, -32600, &message, None)));
             return;
         }
-        if !self.pending.contains_key(&id) && !self.internal.contains_key(&id) {
-            return;
-        }
+        // The client's id as the client wrote it.
+        let id = match self.pending.get_key_value(&id) {
+            Some((written, _)) => written.clone(),
+            None if self.internal.contains_key(&id) => id,
+            None => return,
+        };
         // Relayed as if the server had answered with the error, so what the
         // relay tracks for the request (a listing, parked calls, progress)
         // ends as it would.
         let message = format!("Gatehouse dropped the server's response: {why}");
-        let value = error_value(&id, -32603, &message);
-        let line = to_line(&value);
-        let msg = Message::from_value(value);
+        let line = error_line(&id, -32603, &message, None);
+        let msg = Message::from_value(error_value(&id, -32603, &message));
         self.relay_messages(Side::Server, line, false, vec![msg], now_ms, out);
     }
 
@@ -716,6 +721,20 @@ impl<I: Inspector> Relay<I> {
                         "server sent JSON that is not JSON-RPC ({why}); dropped"
                     )),
                 ));
+                // Its id may still be that of a request in flight.
+                let peeked = msg
+                    .value
+                    .get("id")
+                    .and_then(RequestId::from_value)
+                    .map(|id| {
+                        let kind = match msg.value.get("method") {
+                            Some(_) => PeekKind::Request,
+                            None => PeekKind::Response,
+                        };
+                        Peek { id, kind }
+                    });
+                let why = format!("it is not JSON-RPC ({why})");
+                self.answer_dropped_server_frame(peeked, &why, now_ms, out);
                 Verdict::Drop
             }
         }
@@ -760,7 +779,7 @@ impl<I: Inspector> Relay<I> {
 
     fn release_parked(&mut self, now_ms: u64, out: &mut Vec<Output>) {
         for msg in std::mem::take(&mut self.parked) {
-            let raw = to_line(&msg.value);
+            let raw = message_line(&msg.value, msg.id());
             self.relay_messages(Side::Client, raw, false, vec![msg], now_ms, out);
         }
     }
@@ -1691,6 +1710,17 @@ pub fn sensitive_field(params: &Value) -> Option<String> {
 
 fn to_line(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
+}
+
+/// A message the relay writes, its id echoed as the request's text (an
+/// answer Gatehouse writes, a rewrite, a batch's other members).
+fn message_line(value: &Value, id: Option<&RequestId>) -> Vec<u8> {
+    match id {
+        Some(id) if RequestId::from_value(&value["id"]).as_ref() == Some(id) => {
+            gatehouse_protocol::message::message_line(value, id)
+        }
+        _ => to_line(value),
+    }
 }
 
 fn error_value(id: &RequestId, code: i64, message: &str) -> Value {

@@ -1005,3 +1005,106 @@ fn a_held_launch_withholds_every_tool_and_blocks_calls_naming_the_approval() {
         "the answer names the rule and the approval command: {text}"
     );
 }
+
+/// A relay whose tool `echo` changed since it was pinned: its calls are blocked.
+fn held_echo() -> Relay<FakeInspector> {
+    let settings = Settings {
+        trust_first_sight: false,
+        ..Settings::default()
+    };
+    let mut r = relay(settings, pinned(&[("echo", &tool("echo", "Echoes"))]));
+    r.on_client_frame(
+        line(json!({"jsonrpc":"2.0","id":"l","method":"tools/list"})),
+        0,
+    );
+    r.on_server_frame(
+        line(json!({"jsonrpc":"2.0","id":"l","result":{"tools":[tool("echo", "Changed")]}})),
+        0,
+    );
+    r
+}
+
+fn client_bytes(out: &[Output]) -> Vec<String> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::ToClient(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn answers_gatehouse_writes_echo_the_id_as_the_client_wrote_it() {
+    let mut r = held_echo();
+    for id in [
+        "18446744073709551616",
+        "12345678901234567890123",
+        "1e2",
+        "-0",
+        "1.50",
+        "7",
+    ] {
+        let raw = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo"}}}}"#
+        );
+        let out = r.on_client_frame(parse_frame(raw.into_bytes()), 1);
+        let answer = &client_bytes(&out)[0];
+        assert!(
+            answer.starts_with(&format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#)),
+            "a blocked call's answer must carry id {id} exactly: {answer}"
+        );
+    }
+    // In a batch too, for the blocked element and the forwarded one alike.
+    let raw = r#"[{"jsonrpc":"2.0","id":1e2,"method":"tools/call","params":{"name":"echo"}},{"jsonrpc":"2.0","id":2E1,"method":"ping"}]"#;
+    let out = r.on_client_frame(parse_frame(raw.as_bytes().to_vec()), 2);
+    assert!(client_bytes(&out)[0].starts_with(r#"[{"jsonrpc":"2.0","id":1e2,"#));
+    let forwarded = match &out[out.len() - 2] {
+        Output::ToServer(b) => String::from_utf8_lossy(b).into_owned(),
+        other => panic!("the ping goes on: {other:?}"),
+    };
+    assert_eq!(forwarded, r#"[{"jsonrpc":"2.0","id":2E1,"method":"ping"}]"#);
+}
+
+#[test]
+fn a_server_answer_that_is_not_jsonrpc_becomes_an_error_for_the_client() {
+    let answers = [
+        r#"{"id":ID,"result":{}}"#,
+        r#"{"jsonrpc":"1.0","id":ID,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":ID,"result":{},"error":{"code":1,"message":"m"}}"#,
+        "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":ID,\"result\":{}}",
+    ];
+    let mut r = relay(Settings::default(), PinTable::default());
+    for (i, answer) in answers.iter().enumerate() {
+        let id = format!("{}e0", 10 + i);
+        r.on_client_frame(
+            parse_frame(
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read"}}"#).into_bytes(),
+            ),
+            0,
+        );
+        let out = r.on_server_frame(parse_frame(answer.replace("ID", &id).into_bytes()), 1);
+        assert_eq!(events(&out)[0].kind, "frame_dropped");
+        let back = client_bytes(&out);
+        assert_eq!(
+            back.len(),
+            1,
+            "{answer}: the client gets an error in its place"
+        );
+        assert!(
+            back[0].starts_with(&format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32603"#
+            )),
+            "{}",
+            back[0]
+        );
+    }
+    // Not an answer to anything in flight: dropped, nothing to say.
+    let out = r.on_server_frame(parse_frame(br#"{"id":99,"result":{}}"#.to_vec()), 2);
+    assert!(client_bytes(&out).is_empty(), "{out:?}");
+    // A request the server sent that is not JSON-RPC is answered to it.
+    let out = r.on_server_frame(
+        parse_frame(br#"{"jsonrpc":"1.0","id":"s","method":"roots/list"}"#.to_vec()),
+        3,
+    );
+    assert_eq!(to_server(&out)[0]["error"]["code"], -32600);
+}
