@@ -300,23 +300,70 @@ impl<I: Inspector> Relay<I> {
             FrameBody::Batch(items) => {
                 self.relay_messages(Side::Client, frame.raw, true, items, now_ms, &mut out)
             }
-            // Client→server lines Gatehouse cannot read pass through: the
-            // server is the one that has to reject them.
-            FrameBody::Empty | FrameBody::Unparseable(_) => out.push(Output::ToServer(frame.raw)),
+            // A line that is not even meant as JSON passes through: the
+            // server is the one that has to reject it.
+            FrameBody::Empty => out.push(Output::ToServer(frame.raw)),
+            FrameBody::Unparseable(_) if !looks_like_json(&frame.raw) => {
+                out.push(Output::ToServer(frame.raw))
+            }
+            FrameBody::Unparseable(why) => {
+                let why = format!("it could not be parsed ({why})");
+                self.refuse_client_frame(frame.raw, "framing.unparseable", -32700, &why, &mut out)
+            }
             FrameBody::TooDeep => {
-                out.push(Output::Event(
-                    EngineEvent::new(
-                        "frame_uninspected",
-                        Severity::Medium,
-                        Action::Allow,
-                        "framing.too_deep",
-                    )
-                    .reason("client frame nested too deeply to inspect; passed to the server"),
-                ));
-                out.push(Output::ToServer(frame.raw));
+                let why = "it is nested too deeply to inspect";
+                self.refuse_client_frame(frame.raw, "framing.too_deep", -32600, why, &mut out)
             }
         }
         out
+    }
+
+    /// A client line meant as JSON that Gatehouse cannot read is never
+    /// forwarded: a server might read it (`NaN`, a BOM, invalid UTF-8,
+    /// 5000 levels) as a call that was never judged. Its sender gets the
+    /// error in its place (`id` null when none can be read). Audit only
+    /// (a pause) forwards it with the event.
+    fn refuse_client_frame(
+        &mut self,
+        raw: Vec<u8>,
+        rule: &str,
+        code: i64,
+        why: &str,
+        out: &mut Vec<Output>,
+    ) {
+        let audit = self.settings.audit_only;
+        let (action, outcome) = match audit {
+            true => (Action::Audit, "audit-only: forwarded"),
+            false => (Action::Block, "not forwarded"),
+        };
+        out.push(Output::Event(
+            EngineEvent::new("frame_dropped", Severity::Medium, action, rule)
+                .reason(format!(
+                    "client sent a line Gatehouse cannot inspect: {why}; {outcome}"
+                ))
+                .evidence(json!({ "bytes": raw.len() })),
+        ));
+        if audit {
+            out.push(Output::ToServer(raw));
+            return;
+        }
+        match peek(&raw, &raw) {
+            Some(Peek {
+                id,
+                kind: PeekKind::Response,
+            }) => {
+                let message = format!("Gatehouse dropped the client's response: {why}");
+                out.push(Output::ToServer(error_line(&id, -32603, &message, None)));
+            }
+            Some(Peek { id, .. }) => {
+                let message = format!("Gatehouse did not forward this request: {why}");
+                out.push(Output::ToClient(error_line(&id, code, &message, None)));
+            }
+            None => {
+                let message = format!("Gatehouse did not forward a line: {why}");
+                out.push(Output::ToClient(to_line(&null_id_error(code, &message))));
+            }
+        }
     }
 
     /// A client frame over the size ceiling, skipped unread; `peeked` is
@@ -349,7 +396,12 @@ impl<I: Inspector> Relay<I> {
 
     fn client_message(&mut self, msg: &Message, now_ms: u64, out: &mut Vec<Output>) -> Verdict {
         let MessageKind::Request { id, method } = &msg.kind else {
-            return Verdict::Forward;
+            return match msg.kind {
+                MessageKind::Invalid(why) if msg.value.get("method").is_some() => {
+                    self.invalid_request(msg, why, out)
+                }
+                _ => Verdict::Forward,
+            };
         };
         if let Some((rule, reason)) = &self.refused {
             out.push(Output::Event(
@@ -422,6 +474,35 @@ impl<I: Inspector> Relay<I> {
             self.pending.insert(id.clone(), pending);
         }
         Verdict::Forward
+    }
+
+    /// A request that is not valid JSON-RPC (an id that is null, an object,
+    /// an array or a boolean; no `"jsonrpc": "2.0"`) cannot be judged, and
+    /// a lenient server might still run it: it is answered "Invalid
+    /// Request" (with its id when that is a string or a number, else null,
+    /// as JSON-RPC says) and not forwarded, except in audit only.
+    fn invalid_request(&mut self, msg: &Message, why: &str, out: &mut Vec<Output>) -> Verdict {
+        let audit = self.settings.audit_only;
+        let (action, outcome) = match audit {
+            true => (Action::Audit, "audit-only: forwarded"),
+            false => (Action::Block, "not forwarded"),
+        };
+        let rule = "framing.invalid_request";
+        let mut event = EngineEvent::new("frame_dropped", Severity::Medium, action, rule).reason(
+            format!("client sent a request that is not valid JSON-RPC ({why}); {outcome}"),
+        );
+        if let Some(tool) = msg.value.pointer("/params/name").and_then(Value::as_str) {
+            event = event.tool(tool);
+        }
+        out.push(Output::Event(event));
+        if audit {
+            return Verdict::Forward;
+        }
+        let message = format!("Invalid Request: {why}; Gatehouse did not forward it");
+        match msg.value.get("id").and_then(RequestId::from_value) {
+            Some(id) => Verdict::Answer(error_value(&id, -32600, &message)),
+            None => Verdict::Answer(null_id_error(-32600, &message)),
+        }
     }
 
     fn check_call(
@@ -1721,6 +1802,18 @@ fn message_line(value: &Value, id: Option<&RequestId>) -> Vec<u8> {
         }
         _ => to_line(value),
     }
+}
+
+/// The error JSON-RPC sends when a request's id cannot be read.
+fn null_id_error(code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}})
+}
+
+/// Whether a line that did not parse was meant as JSON (a BOM aside): an
+/// object or an array.
+fn looks_like_json(raw: &[u8]) -> bool {
+    let text = raw.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(raw);
+    matches!(text.trim_ascii_start().first(), Some(b'{' | b'['))
 }
 
 fn error_value(id: &RequestId, code: i64, message: &str) -> Value {

@@ -267,7 +267,7 @@ fn unparseable_server_lines_are_dropped_with_an_event() {
     let out = r.on_server_frame(parse_frame(b"Server listening on stdio".to_vec()), 0);
     assert_eq!(out.len(), 1);
     assert_eq!(events(&out)[0].kind, "frame_dropped");
-    // Client→server non-JSON passes through.
+    // A client line not meant as JSON passes through.
     let out = r.on_client_frame(parse_frame(b"hello".to_vec()), 0);
     assert_eq!(out, vec![Output::ToServer(b"hello".to_vec())]);
 }
@@ -1107,4 +1107,105 @@ fn a_server_answer_that_is_not_jsonrpc_becomes_an_error_for_the_client() {
         3,
     );
     assert_eq!(to_server(&out)[0]["error"]["code"], -32600);
+}
+
+#[test]
+fn a_client_line_meant_as_json_that_cannot_be_read_is_answered_not_forwarded() {
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{{"name":"echo","arguments":{{"x":{}{}}}}}}}"#,
+        "[".repeat(5000),
+        "]".repeat(5000)
+    );
+    let cases: [(&[u8], Value, i64); 5] = [
+        (
+            br#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo","arguments":{"x":NaN}}}"#,
+            json!(11),
+            -32700,
+        ),
+        (deep.as_bytes(), json!(12), -32600),
+        (
+            b"{\"jsonrpc\":\"2.0\",\"id\":13,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{\"x\":\"\xff\"}}}",
+            json!(13),
+            -32700,
+        ),
+        (
+            "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":14,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\"}}".as_bytes(),
+            json!(14),
+            -32700,
+        ),
+        (
+            br#" [{"jsonrpc":"2.0","method":"tools/call","params":{"name":"echo","x":Infinity}}]"#,
+            Value::Null,
+            -32700,
+        ),
+    ];
+    let mut r = held_echo();
+    for (raw, id, code) in cases {
+        let out = r.on_client_frame(parse_frame(raw.to_vec()), 1);
+        let shown = String::from_utf8_lossy(&raw[..raw.len().min(60)]);
+        assert!(
+            to_server(&out).is_empty(),
+            "{shown}: must not reach the server"
+        );
+        let back = to_client(&out);
+        assert_eq!(back[0]["id"], id, "{shown}");
+        assert_eq!(back[0]["error"]["code"], code, "{shown}");
+        assert_eq!(events(&out)[0].action, Action::Block, "{shown}");
+    }
+    // The client's answer to a server request: the server gets the error.
+    let out = r.on_client_frame(
+        parse_frame(br#"{"jsonrpc":"2.0","id":"s-1","result":{"x":NaN}}"#.to_vec()),
+        2,
+    );
+    assert_eq!(to_server(&out)[0]["id"], "s-1");
+    assert!(to_client(&out).is_empty());
+    // Paused (audit only): recorded and forwarded.
+    r.set_audit_only(true);
+    let raw = br#"{"jsonrpc":"2.0","id":15,"method":"ping","params":{"x":NaN}}"#.to_vec();
+    let out = r.on_client_frame(parse_frame(raw.clone()), 3);
+    assert_eq!(events(&out)[0].action, Action::Audit);
+    assert!(out.contains(&Output::ToServer(raw)));
+}
+
+#[test]
+fn a_request_that_is_not_jsonrpc_is_answered_invalid_and_never_judged_past() {
+    let mut r = held_echo();
+    let cases = [
+        (r#"null"#, Value::Null),
+        (r#"{"a":1}"#, Value::Null),
+        (r#"[1]"#, Value::Null),
+        (r#"true"#, Value::Null),
+    ];
+    for (id, expect) in cases {
+        let raw = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo"}}}}"#
+        );
+        let out = r.on_client_frame(parse_frame(raw.into_bytes()), 1);
+        assert!(
+            to_server(&out).is_empty(),
+            "id {id}: a held tool's call must not reach the server"
+        );
+        let back = to_client(&out);
+        assert_eq!(back[0]["id"], expect, "id {id}");
+        assert_eq!(back[0]["error"]["code"], -32600, "id {id}");
+        let event = events(&out)[0];
+        assert_eq!(
+            (event.rule.as_str(), event.tool.as_deref()),
+            ("framing.invalid_request", Some("echo"))
+        );
+    }
+    // No "jsonrpc": answered with its id; in a batch, element by element.
+    let raw = r#"[{"id":"a","method":"tools/call","params":{"name":"echo"}},{"jsonrpc":"2.0","id":"b","method":"ping"}]"#;
+    let out = r.on_client_frame(parse_frame(raw.as_bytes().to_vec()), 2);
+    assert_eq!(to_client(&out)[0][0]["id"], "a");
+    assert_eq!(
+        to_server(&out),
+        vec![json!([{"jsonrpc":"2.0","id":"b","method":"ping"}])]
+    );
+    // A response of the client's that is not JSON-RPC is the server's to judge.
+    let raw = br#"{"id":"s-1","result":{}}"#.to_vec();
+    assert_eq!(
+        r.on_client_frame(parse_frame(raw.clone()), 3),
+        vec![Output::ToServer(raw)]
+    );
 }
