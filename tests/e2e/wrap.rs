@@ -467,13 +467,14 @@ fn a_dropped_frame_is_answered_with_an_error_not_a_hang() {
             let _ = tx.send(line);
         }
     });
-    let mut exchange = |request: Value| -> Value {
+    let mut exchange_line = |request: &str| -> Value {
         writeln!(stdin, "{request}").unwrap();
         let line = lines
             .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("no answer to {}", request["id"]));
+            .unwrap_or_else(|_| panic!("no answer to {request:.80}"));
         serde_json::from_str(&line).expect("the client only gets JSON")
     };
+    let mut exchange = |request: Value| exchange_line(&request.to_string());
     let call = |id: u64, arguments: Value| {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
                "params": {"name": "echo", "arguments": arguments}})
@@ -505,6 +506,25 @@ fn a_dropped_frame_is_answered_with_an_error_not_a_hang() {
 
     let answer = exchange(call(6, json!({"text": "after"})));
     assert_eq!(result_text(&answer["result"]), "after", "{answer}");
+
+    // Requests Gatehouse cannot judge never reach the server, though this
+    // one (Python's json) would run them.
+    let answer = exchange_line(
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":NaN}}}"#,
+    );
+    assert_eq!(
+        (&answer["id"], &answer["error"]["code"]),
+        (&json!(7), &json!(-32700)),
+        "{answer}"
+    );
+    let answer = exchange_line(
+        r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}"#,
+    );
+    assert_eq!(
+        (&answer["id"], &answer["error"]["code"]),
+        (&Value::Null, &json!(-32600)),
+        "{answer}"
+    );
     drop(stdin);
     wrap.0.wait().expect("wrap ends when its client does");
     let events = sb.events();
@@ -515,7 +535,7 @@ fn a_dropped_frame_is_answered_with_an_error_not_a_hang() {
         .map(|e| e["count"].as_u64().unwrap_or(1))
         .sum();
     assert_eq!(
-        dropped, 3,
+        dropped, 5,
         "one frame_dropped event per dropped frame: {events:?}"
     );
 }

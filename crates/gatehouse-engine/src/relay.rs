@@ -359,14 +359,14 @@ impl<I: Inspector> Relay<I> {
                 Side::Server => self.server_message(&msg, now_ms, out),
             };
             match verdict {
-                Verdict::Forward => forward.push(msg.value),
+                Verdict::Forward => forward.push(message_line(&msg.value, msg.id())),
                 Verdict::Rewrite(v) => {
                     untouched = false;
-                    forward.push(v)
+                    forward.push(message_line(&v, msg.id()))
                 }
                 Verdict::Answer(v) => {
                     untouched = false;
-                    answers.push(v)
+                    answers.push(message_line(&v, msg.id()))
                 }
                 Verdict::Drop => untouched = false,
                 Verdict::Park => {
@@ -379,11 +379,14 @@ impl<I: Inspector> Relay<I> {
             out.push(from.forward(raw));
             return;
         }
-        let line = |mut values: Vec<Value>| {
+        let line = |mut lines: Vec<Vec<u8>>| {
             if batch {
-                to_line(&Value::Array(values))
+                let mut joined = vec![b'['];
+                joined.extend(lines.join(&b','));
+                joined.push(b']');
+                joined
             } else {
-                to_line(&values.swap_remove(0))
+                lines.swap_remove(0)
             }
         };
         if !forward.is_empty() {
@@ -409,23 +412,70 @@ impl<I: Inspector> Relay<I> {
             FrameBody::Batch(items) => {
                 self.relay_messages(Side::Client, frame.raw, true, items, now_ms, &mut out)
             }
-            // Client→server lines Gatehouse cannot read pass through: the
-            // server is the one that has to reject them.
-            FrameBody::Empty | FrameBody::Unparseable(_) => out.push(Output::ToServer(frame.raw)),
+            // A line that is not even meant as JSON passes through: the
+            // server is the one that has to reject it.
+            FrameBody::Empty => out.push(Output::ToServer(frame.raw)),
+            FrameBody::Unparseable(_) if !looks_like_json(&frame.raw) => {
+                out.push(Output::ToServer(frame.raw))
+            }
+            FrameBody::Unparseable(why) => {
+                let why = format!("it could not be parsed ({why})");
+                self.refuse_client_frame(frame.raw, "framing.unparseable", -32700, &why, &mut out)
+            }
             FrameBody::TooDeep => {
-                out.push(Output::Event(
-                    EngineEvent::new(
-                        "frame_uninspected",
-                        Severity::Medium,
-                        Action::Allow,
-                        "framing.too_deep",
-                    )
-                    .reason("client frame nested too deeply to inspect; passed to the server"),
-                ));
-                out.push(Output::ToServer(frame.raw));
+                let why = "it is nested too deeply to inspect";
+                self.refuse_client_frame(frame.raw, "framing.too_deep", -32600, why, &mut out)
             }
         }
         out
+    }
+
+    /// A client line meant as JSON that Gatehouse cannot read is never
+    /// forwarded: a server might read it (`NaN`, a BOM, invalid UTF-8,
+    /// 5000 levels) as a call that was never judged. Its sender gets the
+    /// error in its place (`id` null when none can be read). Audit only
+    /// (a pause) forwards it with the event.
+    fn refuse_client_frame(
+        &mut self,
+        raw: Vec<u8>,
+        rule: &str,
+        code: i64,
+        why: &str,
+        out: &mut Vec<Output>,
+    ) {
+        let audit = self.settings.audit_only;
+        let (action, outcome) = match audit {
+            true => (Action::Audit, "audit-only: forwarded"),
+            false => (Action::Block, "not forwarded"),
+        };
+        out.push(Output::Event(
+            EngineEvent::new("frame_dropped", Severity::Medium, action, rule)
+                .reason(format!(
+                    "client sent a line Gatehouse cannot inspect: {why}; {outcome}"
+                ))
+                .evidence(json!({ "bytes": raw.len() })),
+        ));
+        if audit {
+            out.push(Output::ToServer(raw));
+            return;
+        }
+        match peek(&raw, &raw) {
+            Some(Peek {
+                id,
+                kind: PeekKind::Response,
+            }) => {
+                let message = format!("Gatehouse dropped the client's response: {why}");
+                out.push(Output::ToServer(error_line(&id, -32603, &message, None)));
+            }
+            Some(Peek { id, .. }) => {
+                let message = format!("Gatehouse did not forward this request: {why}");
+                out.push(Output::ToClient(error_line(&id, code, &message, None)));
+            }
+            None => {
+                let message = format!("Gatehouse did not forward a line: {why}");
+                out.push(Output::ToClient(to_line(&null_id_error(code, &message))));
+            }
+        }
     }
 
     /// A client frame over the size ceiling, skipped unread; `peeked` is
@@ -507,7 +557,12 @@ impl<I: Inspector> Relay<I> {
 
     fn client_message(&mut self, msg: &Message, now_ms: u64, out: &mut Vec<Output>) -> Verdict {
         let MessageKind::Request { id, method } = &msg.kind else {
-            return Verdict::Forward;
+            return match msg.kind {
+                MessageKind::Invalid(why) if msg.value.get("method").is_some() => {
+                    self.invalid_request(msg, why, out)
+                }
+                _ => Verdict::Forward,
+            };
         };
         if let Some((rule, reason)) = &self.refused {
             out.push(Output::Event(
@@ -578,6 +633,35 @@ impl<I: Inspector> Relay<I> {
             self.pending.insert(id.clone(), pending);
         }
         Verdict::Forward
+    }
+
+    /// A request that is not valid JSON-RPC (an id that is null, an object,
+    /// an array or a boolean; no `"jsonrpc": "2.0"`) cannot be judged, and
+    /// a lenient server might still run it: it is answered "Invalid
+    /// Request" (with its id when that is a string or a number, else null,
+    /// as JSON-RPC says) and not forwarded, except in audit only.
+    fn invalid_request(&mut self, msg: &Message, why: &str, out: &mut Vec<Output>) -> Verdict {
+        let audit = self.settings.audit_only;
+        let (action, outcome) = match audit {
+            true => (Action::Audit, "audit-only: forwarded"),
+            false => (Action::Block, "not forwarded"),
+        };
+        let rule = "framing.invalid_request";
+        let mut event = EngineEvent::new("frame_dropped", Severity::Medium, action, rule).reason(
+            format!("client sent a request that is not valid JSON-RPC ({why}); {outcome}"),
+        );
+        if let Some(tool) = msg.value.pointer("/params/name").and_then(Value::as_str) {
+            event = event.tool(tool);
+        }
+        out.push(Output::Event(event));
+        if audit {
+            return Verdict::Forward;
+        }
+        let message = format!("Invalid Request: {why}; Gatehouse did not forward it");
+        match msg.value.get("id").and_then(RequestId::from_value) {
+            Some(id) => Verdict::Answer(error_value(&id, -32600, &message)),
+            None => Verdict::Answer(null_id_error(-32600, &message)),
+        }
     }
 
     fn check_call(
@@ -828,16 +912,18 @@ impl<I: Inspector> Relay<I> {
             out.push(Output::ToServer(error_line(&id, -32600, &message, None)));
             return;
         }
-        if !self.pending.contains_key(&id) && !self.internal.contains_key(&id) {
-            return;
-        }
+        // The client's id as the client wrote it.
+        let id = match self.pending.get_key_value(&id) {
+            Some((written, _)) => written.clone(),
+            None if self.internal.contains_key(&id) => id,
+            None => return,
+        };
         // Relayed as if the server had answered with the error, so what the
         // relay tracks for the request (a listing, parked calls, progress)
         // ends as it would.
         let message = format!("Gatehouse dropped the server's response: {why}");
-        let value = error_value(&id, -32603, &message);
-        let line = to_line(&value);
-        let msg = Message::from_value(value);
+        let line = error_line(&id, -32603, &message, None);
+        let msg = Message::from_value(error_value(&id, -32603, &message));
         self.relay_messages(Side::Server, line, false, vec![msg], now_ms, out);
     }
 
@@ -899,6 +985,20 @@ impl<I: Inspector> Relay<I> {
                         "server sent JSON that is not JSON-RPC ({why}); dropped"
                     )),
                 ));
+                // Its id may still be that of a request in flight.
+                let peeked = msg
+                    .value
+                    .get("id")
+                    .and_then(RequestId::from_value)
+                    .map(|id| {
+                        let kind = match msg.value.get("method") {
+                            Some(_) => PeekKind::Request,
+                            None => PeekKind::Response,
+                        };
+                        Peek { id, kind }
+                    });
+                let why = format!("it is not JSON-RPC ({why})");
+                self.answer_dropped_server_frame(peeked, &why, now_ms, out);
                 Verdict::Drop
             }
         }
@@ -966,7 +1066,7 @@ impl<I: Inspector> Relay<I> {
         while let Some(next) = waiting.pop_front() {
             match next {
                 Parked::Call(msg) => {
-                    let raw = to_line(&msg.value);
+                    let raw = message_line(&msg.value, msg.id());
                     self.relay_messages(Side::Client, raw, false, vec![msg], now_ms, out);
                 }
                 Parked::Frame(frame) => out.extend(self.on_client_frame(frame, now_ms)),
@@ -2080,6 +2180,29 @@ pub fn sensitive_field(params: &Value) -> Option<String> {
 
 fn to_line(value: &Value) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
+}
+
+/// A message the relay writes, its id echoed as the request's text (an
+/// answer Gatehouse writes, a rewrite, a batch's other members).
+fn message_line(value: &Value, id: Option<&RequestId>) -> Vec<u8> {
+    match id {
+        Some(id) if RequestId::from_value(&value["id"]).as_ref() == Some(id) => {
+            gatehouse_protocol::message::message_line(value, id)
+        }
+        _ => to_line(value),
+    }
+}
+
+/// The error JSON-RPC sends when a request's id cannot be read.
+fn null_id_error(code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}})
+}
+
+/// Whether a line that did not parse was meant as JSON (a BOM aside): an
+/// object or an array.
+fn looks_like_json(raw: &[u8]) -> bool {
+    let text = raw.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(raw);
+    matches!(text.trim_ascii_start().first(), Some(b'{' | b'['))
 }
 
 fn error_value(id: &RequestId, code: i64, message: &str) -> Value {

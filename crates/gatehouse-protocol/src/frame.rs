@@ -60,11 +60,26 @@ fn parse_body(raw: &[u8]) -> FrameBody {
     } else {
         text
     };
-    match parse_value(text) {
+    let parsed = parse_value(text).or_else(|err| match clamp_huge_numbers(text) {
+        Some(clamped) => parse_value(&clamped).map_err(|_| err),
+        None => Err(err),
+    });
+    match parsed {
         Ok(Value::Array(items)) if !items.is_empty() => {
-            FrameBody::Batch(items.into_iter().map(Message::from_value).collect())
+            let mut items: Vec<Message> = items.into_iter().map(Message::from_value).collect();
+            if items.iter().any(Message::id_read_as_double) {
+                let written = crate::peek::array_items(text.as_bytes());
+                for (item, written) in items.iter_mut().zip(written) {
+                    item.keep_id_text(written);
+                }
+            }
+            FrameBody::Batch(items)
         }
-        Ok(value) => FrameBody::Single(Message::from_value(value)),
+        Ok(value) => {
+            let mut msg = Message::from_value(value);
+            msg.keep_id_text(text.as_bytes());
+            FrameBody::Single(msg)
+        }
         Err(err) => FrameBody::Unparseable(format!(
             "invalid JSON at line {} column {}: {}",
             err.line(),
@@ -97,6 +112,50 @@ fn parse_value(text: &str) -> Result<Value, serde_json::Error> {
     let value = Value::deserialize(serde_stacker::Deserializer::new(&mut de))?;
     de.end()?;
     Ok(value)
+}
+
+/// Numbers beyond the double range (`1e400`) are valid JSON that serde_json
+/// refuses. The parsed view reads them as the largest double of their sign
+/// (the raw bytes are what is forwarded); `None` when there is none, so
+/// the parse error stands.
+fn clamp_huge_numbers(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let (mut copied, mut clamped) = (0, false);
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                // Skip the string: only an unescaped `"` ends it.
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < bytes.len()
+                    && matches!(bytes[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+                {
+                    i += 1;
+                }
+                let number = &text[start..i];
+                if number.parse::<f64>().is_ok_and(f64::is_infinite) {
+                    out.push_str(&text[copied..start]);
+                    out.push_str(if number.starts_with('-') {
+                        "-1.7976931348623157e308"
+                    } else {
+                        "1.7976931348623157e308"
+                    });
+                    (copied, clamped) = (i, true);
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    out.push_str(&text[copied..]);
+    clamped.then_some(out)
 }
 
 /// What one pass over a line finds before it is parsed.
@@ -223,7 +282,7 @@ fn hex4(bytes: &[u8]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::MessageKind;
+    use crate::message::{MessageKind, RequestId};
 
     fn body(line: &str) -> FrameBody {
         parse_frame(line.as_bytes().to_vec()).body
@@ -364,6 +423,47 @@ mod tests {
             FrameBody::Unparseable(_)
         ));
         assert!(matches!(body("  \r"), FrameBody::Empty));
+    }
+
+    #[test]
+    fn ids_read_as_doubles_keep_their_text() {
+        let id = |line: &str| match body(line) {
+            FrameBody::Single(msg) => msg.id().cloned(),
+            other => panic!("{other:?}"),
+        };
+        let text = |id: Option<RequestId>| match id {
+            Some(RequestId::Number(text)) => text,
+            other => panic!("{other:?}"),
+        };
+        for n in ["18446744073709551616", "1e2", "-0", "1.50", "7"] {
+            let line = format!(r#"{{"jsonrpc":"2.0","method":"x","params":{{"id":1}},"id":{n}}}"#);
+            assert_eq!(text(id(&line)), n);
+        }
+        // Duplicate ids: the parsed view has the last; a different first
+        // one is never taken for it.
+        assert_eq!(
+            text(id(r#"{"jsonrpc":"2.0","id":1e2,"id":2e2,"method":"x"}"#)),
+            "200.0"
+        );
+        let FrameBody::Batch(items) = body(
+            r#"[{"jsonrpc":"2.0","id":1,"method":"x"}, {"jsonrpc":"2.0","id":{"a":1},"method":"x"},{"id":3E0,"jsonrpc":"2.0","method":"x"}]"#,
+        ) else {
+            panic!("a batch");
+        };
+        assert_eq!(text(items[2].id().cloned()), "3E0");
+    }
+
+    #[test]
+    fn numbers_beyond_the_double_range_parse() {
+        let FrameBody::Single(msg) = body(
+            r#"{"jsonrpc":"2.0","id":1,"result":{"n":1e400,"m":-2E+999,"k":123456789012345678901234567890,"s":"1e400"}}"#,
+        ) else {
+            panic!("1e400 is valid JSON");
+        };
+        assert_eq!(msg.value["result"]["n"], f64::MAX);
+        assert_eq!(msg.value["result"]["m"], f64::MIN);
+        assert_eq!(msg.value["result"]["s"], "1e400", "strings are untouched");
+        assert!(matches!(body(r#"{"a":1e400,}"#), FrameBody::Unparseable(_)));
     }
 
     #[test]

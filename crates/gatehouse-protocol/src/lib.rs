@@ -6,7 +6,9 @@
 //! [`peek`] reads the id of a frame that is not parsed whole.
 //!
 //! **Invariant:** no I/O, no async runtime, no clock; parsing never panics
-//! and never rejects valid JSON (deep nesting, lone surrogate escapes).
+//! and never rejects valid JSON (deep nesting, lone surrogate escapes,
+//! numbers beyond the double range); answers Gatehouse writes echo a
+//! request's id as it was written.
 
 pub mod canonical;
 pub mod frame;

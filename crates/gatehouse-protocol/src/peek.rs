@@ -7,8 +7,6 @@
 //! (`…,"id":7}` is how many encoders end a message whose `params` come
 //! first). Anything unexpected gives up rather than guesses.
 
-use serde_json::Value;
-
 use crate::message::RequestId;
 
 /// The readable part of an unparsed frame.
@@ -40,7 +38,9 @@ pub fn peek(head: &[u8], tail: &[u8]) -> Option<Peek> {
 /// out or something is not JSON: the `id` if its value is complete, and
 /// which of `method`, `result`, `error` came first.
 fn read_head(bytes: &[u8]) -> (Option<RequestId>, PeekKind) {
-    let mut at = skip_ws(bytes, 0);
+    // A byte order mark is not JSON, but the id behind it is still the id.
+    let bom = if bytes.starts_with(BOM) { BOM.len() } else { 0 };
+    let mut at = skip_ws(bytes, bom);
     let (mut id, mut kind) = (None, PeekKind::Unknown);
     if bytes.get(at) != Some(&b'{') {
         return (id, kind);
@@ -66,7 +66,7 @@ fn read_head(bytes: &[u8]) -> (Option<RequestId>, PeekKind) {
             break;
         };
         if key.as_deref() == Some("id") && id.is_none() {
-            id = scalar_id(&bytes[at..value_end]);
+            id = RequestId::from_token(&bytes[at..value_end]);
         }
         at = skip_ws(bytes, value_end);
         if bytes.get(at) != Some(&b',') {
@@ -75,6 +75,36 @@ fn read_head(bytes: &[u8]) -> (Option<RequestId>, PeekKind) {
         at += 1;
     }
     (id, kind)
+}
+
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// The top-level `id` of a whole object as written (a number keeps its text).
+pub(crate) fn head_id(object: &[u8]) -> Option<RequestId> {
+    read_head(object).0
+}
+
+/// The elements of a whole top-level array, as written.
+pub(crate) fn array_items(array: &[u8]) -> Vec<&[u8]> {
+    let mut items = Vec::new();
+    let mut at = skip_ws(array, 0);
+    if array.get(at) != Some(&b'[') {
+        return items;
+    }
+    at += 1;
+    loop {
+        at = skip_ws(array, at);
+        let Some(end) = value_end(array, at) else {
+            break;
+        };
+        items.push(&array[at..end]);
+        at = skip_ws(array, end);
+        if array.get(at) != Some(&b',') {
+            break;
+        }
+        at += 1;
+    }
+    items
 }
 
 /// Reads `"id": <number or string> }` backwards from the end of the line.
@@ -103,7 +133,7 @@ fn read_tail(bytes: &[u8]) -> Option<RequestId> {
     if value_start == end {
         return None;
     }
-    let id = scalar_id(&bytes[value_start..end])?;
+    let id = RequestId::from_token(&bytes[value_start..end])?;
     let colon = skip_ws_back(bytes, value_start);
     if colon == 0 || bytes[colon - 1] != b':' {
         return None;
@@ -118,12 +148,6 @@ fn read_tail(bytes: &[u8]) -> Option<RequestId> {
     }
     let before = skip_ws_back(bytes, key_start);
     (before > 0 && matches!(bytes[before - 1], b',' | b'{')).then_some(id)
-}
-
-/// A number or a string, as the message classifier would read it.
-fn scalar_id(token: &[u8]) -> Option<RequestId> {
-    let value: Value = serde_json::from_slice(token).ok()?;
-    RequestId::from_value(&value)
 }
 
 fn decode_string(token: &[u8]) -> Option<String> {
@@ -216,6 +240,7 @@ fn value_end(bytes: &[u8], at: usize) -> Option<usize> {
 mod tests {
     use super::*;
     use proptest::strategy::Strategy as _;
+    use serde_json::Value;
 
     fn whole(line: &str) -> Option<Peek> {
         peek(line.as_bytes(), line.as_bytes())
@@ -351,7 +376,27 @@ mod tests {
     }
 
     #[test]
+    fn a_byte_order_mark_does_not_hide_the_id() {
+        assert_eq!(
+            whole("\u{feff}{\"jsonrpc\":\"2.0\",\"id\":5,\"result\":{}}"),
+            Some(Peek {
+                id: number("5"),
+                kind: PeekKind::Response
+            })
+        );
+    }
+
+    #[test]
     fn numbers_keep_their_textual_form() {
+        let text = |line: &str| match whole(line).map(|p| p.id) {
+            Some(RequestId::Number(text)) => text,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(text(r#"{"id":1e2,"method":"x"}"#), "1e2");
+        assert_eq!(
+            text(r#"{"method":"x","id":18446744073709551616}"#),
+            "18446744073709551616"
+        );
         assert_eq!(
             whole(r#"{"id":1.50,"method":"x"}"#).map(|p| p.id),
             RequestId::from_value(&serde_json::json!(1.5))

@@ -591,7 +591,7 @@ fn unparseable_server_lines_are_dropped_with_an_event() {
     let out = r.on_server_frame(parse_frame(b"Server listening on stdio".to_vec()), 0);
     assert_eq!(out.len(), 1);
     assert_eq!(events(&out)[0].kind, "frame_dropped");
-    // Client→server non-JSON passes through.
+    // A client line not meant as JSON passes through.
     let out = r.on_client_frame(parse_frame(b"hello".to_vec()), 0);
     assert_eq!(out, vec![Output::ToServer(b"hello".to_vec())]);
 }
@@ -1327,5 +1327,209 @@ fn a_held_launch_withholds_every_tool_and_blocks_calls_naming_the_approval() {
     assert!(
         text.contains("launch.held") && text.contains("gatehouse pins trust-launch --server srv"),
         "the answer names the rule and the approval command: {text}"
+    );
+}
+
+/// A relay whose tool `echo` changed since it was pinned: its calls are blocked.
+fn held_echo() -> Relay<FakeInspector> {
+    let settings = Settings {
+        trust_first_sight: false,
+        ..Settings::default()
+    };
+    let mut r = relay(settings, pinned(&[("echo", &tool("echo", "Echoes"))]));
+    r.on_client_frame(
+        line(json!({"jsonrpc":"2.0","id":"l","method":"tools/list"})),
+        0,
+    );
+    r.on_server_frame(
+        line(json!({"jsonrpc":"2.0","id":"l","result":{"tools":[tool("echo", "Changed")]}})),
+        0,
+    );
+    r
+}
+
+fn client_bytes(out: &[Output]) -> Vec<String> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::ToClient(b) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn answers_gatehouse_writes_echo_the_id_as_the_client_wrote_it() {
+    let mut r = held_echo();
+    for id in [
+        "18446744073709551616",
+        "12345678901234567890123",
+        "1e2",
+        "-0",
+        "1.50",
+        "7",
+    ] {
+        let raw = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo"}}}}"#
+        );
+        let out = r.on_client_frame(parse_frame(raw.into_bytes()), 1);
+        let answer = &client_bytes(&out)[0];
+        assert!(
+            answer.starts_with(&format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#)),
+            "a blocked call's answer must carry id {id} exactly: {answer}"
+        );
+    }
+    // In a batch too, for the blocked element and the forwarded one alike.
+    let raw = r#"[{"jsonrpc":"2.0","id":1e2,"method":"tools/call","params":{"name":"echo"}},{"jsonrpc":"2.0","id":2E1,"method":"ping"}]"#;
+    let out = r.on_client_frame(parse_frame(raw.as_bytes().to_vec()), 2);
+    assert!(client_bytes(&out)[0].starts_with(r#"[{"jsonrpc":"2.0","id":1e2,"#));
+    let forwarded = match &out[out.len() - 2] {
+        Output::ToServer(b) => String::from_utf8_lossy(b).into_owned(),
+        other => panic!("the ping goes on: {other:?}"),
+    };
+    assert_eq!(forwarded, r#"[{"jsonrpc":"2.0","id":2E1,"method":"ping"}]"#);
+}
+
+#[test]
+fn a_server_answer_that_is_not_jsonrpc_becomes_an_error_for_the_client() {
+    let answers = [
+        r#"{"id":ID,"result":{}}"#,
+        r#"{"jsonrpc":"1.0","id":ID,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":ID,"result":{},"error":{"code":1,"message":"m"}}"#,
+        "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":ID,\"result\":{}}",
+    ];
+    let mut r = relay(Settings::default(), PinTable::default());
+    for (i, answer) in answers.iter().enumerate() {
+        let id = format!("{}e0", 10 + i);
+        r.on_client_frame(
+            parse_frame(
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"resources/read"}}"#).into_bytes(),
+            ),
+            0,
+        );
+        let out = r.on_server_frame(parse_frame(answer.replace("ID", &id).into_bytes()), 1);
+        assert_eq!(events(&out)[0].kind, "frame_dropped");
+        let back = client_bytes(&out);
+        assert_eq!(
+            back.len(),
+            1,
+            "{answer}: the client gets an error in its place"
+        );
+        assert!(
+            back[0].starts_with(&format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32603"#
+            )),
+            "{}",
+            back[0]
+        );
+    }
+    // Not an answer to anything in flight: dropped, nothing to say.
+    let out = r.on_server_frame(parse_frame(br#"{"id":99,"result":{}}"#.to_vec()), 2);
+    assert!(client_bytes(&out).is_empty(), "{out:?}");
+    // A request the server sent that is not JSON-RPC is answered to it.
+    let out = r.on_server_frame(
+        parse_frame(br#"{"jsonrpc":"1.0","id":"s","method":"roots/list"}"#.to_vec()),
+        3,
+    );
+    assert_eq!(to_server(&out)[0]["error"]["code"], -32600);
+}
+
+#[test]
+fn a_client_line_meant_as_json_that_cannot_be_read_is_answered_not_forwarded() {
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":12,"method":"tools/call","params":{{"name":"echo","arguments":{{"x":{}{}}}}}}}"#,
+        "[".repeat(5000),
+        "]".repeat(5000)
+    );
+    let cases: [(&[u8], Value, i64); 5] = [
+        (
+            br#"{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"echo","arguments":{"x":NaN}}}"#,
+            json!(11),
+            -32700,
+        ),
+        (deep.as_bytes(), json!(12), -32600),
+        (
+            b"{\"jsonrpc\":\"2.0\",\"id\":13,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\",\"arguments\":{\"x\":\"\xff\"}}}",
+            json!(13),
+            -32700,
+        ),
+        (
+            "\u{feff}{\"jsonrpc\":\"2.0\",\"id\":14,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\"}}".as_bytes(),
+            json!(14),
+            -32700,
+        ),
+        (
+            br#" [{"jsonrpc":"2.0","method":"tools/call","params":{"name":"echo","x":Infinity}}]"#,
+            Value::Null,
+            -32700,
+        ),
+    ];
+    let mut r = held_echo();
+    for (raw, id, code) in cases {
+        let out = r.on_client_frame(parse_frame(raw.to_vec()), 1);
+        let shown = String::from_utf8_lossy(&raw[..raw.len().min(60)]);
+        assert!(
+            to_server(&out).is_empty(),
+            "{shown}: must not reach the server"
+        );
+        let back = to_client(&out);
+        assert_eq!(back[0]["id"], id, "{shown}");
+        assert_eq!(back[0]["error"]["code"], code, "{shown}");
+        assert_eq!(events(&out)[0].action, Action::Block, "{shown}");
+    }
+    // The client's answer to a server request: the server gets the error.
+    let out = r.on_client_frame(
+        parse_frame(br#"{"jsonrpc":"2.0","id":"s-1","result":{"x":NaN}}"#.to_vec()),
+        2,
+    );
+    assert_eq!(to_server(&out)[0]["id"], "s-1");
+    assert!(to_client(&out).is_empty());
+    // Paused (audit only): recorded and forwarded.
+    r.set_audit_only(true);
+    let raw = br#"{"jsonrpc":"2.0","id":15,"method":"ping","params":{"x":NaN}}"#.to_vec();
+    let out = r.on_client_frame(parse_frame(raw.clone()), 3);
+    assert_eq!(events(&out)[0].action, Action::Audit);
+    assert!(out.contains(&Output::ToServer(raw)));
+}
+
+#[test]
+fn a_request_that_is_not_jsonrpc_is_answered_invalid_and_never_judged_past() {
+    let mut r = held_echo();
+    let cases = [
+        (r#"null"#, Value::Null),
+        (r#"{"a":1}"#, Value::Null),
+        (r#"[1]"#, Value::Null),
+        (r#"true"#, Value::Null),
+    ];
+    for (id, expect) in cases {
+        let raw = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo"}}}}"#
+        );
+        let out = r.on_client_frame(parse_frame(raw.into_bytes()), 1);
+        assert!(
+            to_server(&out).is_empty(),
+            "id {id}: a held tool's call must not reach the server"
+        );
+        let back = to_client(&out);
+        assert_eq!(back[0]["id"], expect, "id {id}");
+        assert_eq!(back[0]["error"]["code"], -32600, "id {id}");
+        let event = events(&out)[0];
+        assert_eq!(
+            (event.rule.as_str(), event.tool.as_deref()),
+            ("framing.invalid_request", Some("echo"))
+        );
+    }
+    // No "jsonrpc": answered with its id; in a batch, element by element.
+    let raw = r#"[{"id":"a","method":"tools/call","params":{"name":"echo"}},{"jsonrpc":"2.0","id":"b","method":"ping"}]"#;
+    let out = r.on_client_frame(parse_frame(raw.as_bytes().to_vec()), 2);
+    assert_eq!(to_client(&out)[0][0]["id"], "a");
+    assert_eq!(
+        to_server(&out),
+        vec![json!([{"jsonrpc":"2.0","id":"b","method":"ping"}])]
+    );
+    // A response of the client's that is not JSON-RPC is the server's to judge.
+    let raw = br#"{"id":"s-1","result":{}}"#.to_vec();
+    assert_eq!(
+        r.on_client_frame(parse_frame(raw.clone()), 3),
+        vec![Output::ToServer(raw)]
     );
 }
