@@ -49,21 +49,10 @@ fn parse_body(raw: &[u8]) -> FrameBody {
             return FrameBody::Unparseable(format!("invalid UTF-8 at byte {}", err.valid_up_to()))
         }
     };
-    let shape = shape(text.as_bytes());
-    if shape.depth > MAX_INSPECTABLE_DEPTH {
-        return FrameBody::TooDeep;
-    }
-    let sanitized;
-    let text = if shape.surrogate_escape {
-        sanitized = replace_lone_surrogates(text);
-        &sanitized[..]
-    } else {
-        text
+    let parsed = match read_json(text) {
+        Some(parsed) => parsed,
+        None => return FrameBody::TooDeep,
     };
-    let parsed = parse_value(text).or_else(|err| match clamp_huge_numbers(text) {
-        Some(clamped) => parse_value(&clamped).map_err(|_| err),
-        None => Err(err),
-    });
     match parsed {
         Ok(Value::Array(items)) if !items.is_empty() => {
             let mut items: Vec<Message> = items.into_iter().map(Message::from_value).collect();
@@ -87,6 +76,39 @@ fn parse_body(raw: &[u8]) -> FrameBody {
             err.classify_name()
         )),
     }
+}
+
+/// The JSON value of `text` as inspection reads it: lone surrogate escapes
+/// replaced, numbers beyond the double range clamped, no recursion limit
+/// (serde_stacker). `None` when it nests deeper than
+/// [`MAX_INSPECTABLE_DEPTH`].
+fn read_json(text: &str) -> Option<Result<Value, serde_json::Error>> {
+    let shape = shape(text.as_bytes());
+    if shape.depth > MAX_INSPECTABLE_DEPTH {
+        return None;
+    }
+    let sanitized;
+    let text = if shape.surrogate_escape {
+        sanitized = replace_lone_surrogates(text);
+        &sanitized[..]
+    } else {
+        text
+    };
+    Some(
+        parse_value(text).or_else(|err| match clamp_huge_numbers(text) {
+            Some(clamped) => parse_value(&clamped).map_err(|_| err),
+            None => Err(err),
+        }),
+    )
+}
+
+/// A forwarded line's JSON value, read exactly as [`parse_frame`] reads it,
+/// for a check that runs after the relay's (so both agree on every line
+/// the relay judged; serde_json's own `from_slice` stops at 128 levels and
+/// refuses `1e400`). `None` for a line that is not such JSON.
+pub fn json_value(raw: &[u8]) -> Option<Value> {
+    let text = raw.strip_suffix(b"\r").unwrap_or(raw);
+    read_json(std::str::from_utf8(text).ok()?)?.ok()
 }
 
 trait ClassifyName {
@@ -282,6 +304,32 @@ fn hex4(bytes: &[u8]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_value_reads_what_parse_frame_reads() {
+        let deep = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{{"a":{}1{}}}}}}}"#,
+            "[".repeat(300),
+            "]".repeat(300)
+        );
+        for line in [
+            deep.as_str(),
+            r#"{"id":1,"params":{"n":1e400}}"#,
+            r#"{"id":1,"params":{"s":"\ud800 lone"}}"#,
+            "{\"id\":1}\r",
+        ] {
+            let value = json_value(line.as_bytes());
+            assert!(value.is_some(), "read: {line:.60}");
+            assert!(matches!(
+                parse_frame(line.as_bytes().to_vec()).body,
+                FrameBody::Single(_)
+            ));
+        }
+        let too_deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+        assert_eq!(json_value(too_deep.as_bytes()), None);
+        assert_eq!(json_value(b"not json"), None);
+        assert_eq!(json_value(b"{\"a\":NaN}"), None);
+    }
     use crate::message::{MessageKind, RequestId};
 
     fn body(line: &str) -> FrameBody {
