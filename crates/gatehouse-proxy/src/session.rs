@@ -16,7 +16,9 @@ pub const LAUNCHERS: &[&str] = &[
     "npx",
     "npm",
     "npm exec",
-    "node",
+    "pnpm",
+    "pnpx",
+    "yarn",
     "uvx",
     "uv",
     "pipx",
@@ -75,9 +77,43 @@ pub fn runs_launcher(argv: &[String]) -> bool {
     false
 }
 
-/// Whether a process launched the wrap on a client's behalf.
+/// `node`, `nodejs`.
+pub fn is_node(name: &str) -> bool {
+    matches!(base_name(name).as_str(), "node" | "nodejs")
+}
+
+/// Whether a Node command line runs a launcher: `node …/npm/bin/npx-cli.js`
+/// (what `npx` is), `node /usr/bin/npx`, `node …/pnpm.cjs dlx`. Any other
+/// Node program (Gemini CLI, an agent on the TypeScript SDK, `node -e …`)
+/// is a client of its own.
+pub fn node_runs_launcher(argv: &[String]) -> bool {
+    let mut args = argv.iter().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "-e" | "--eval" | "-p" | "--print" => return false,
+            "-r" | "--require" | "--import" | "--loader" | "--experimental-loader" => {
+                args.next();
+            }
+            a if a.starts_with('-') => {}
+            script => {
+                let name = base_name(script);
+                let name = [".js", ".cjs", ".mjs"]
+                    .iter()
+                    .find_map(|ext| name.strip_suffix(ext))
+                    .unwrap_or(&name);
+                return is_launcher(name.strip_suffix("-cli").unwrap_or(name));
+            }
+        }
+    }
+    false
+}
+
+/// Whether a process launched the wrap on a client's behalf. A Node whose
+/// command line was not read (Windows) counts as one, as `npx` runs there.
 fn launches(p: &Process) -> bool {
-    is_launcher(&p.name) || is_python(&p.name) && runs_launcher(&p.argv)
+    is_launcher(&p.name)
+        || is_python(&p.name) && runs_launcher(&p.argv)
+        || is_node(&p.name) && (p.argv.is_empty() || node_runs_launcher(&p.argv))
 }
 
 /// One process as the ancestor walk sees it.
@@ -87,8 +123,9 @@ pub struct Process {
     pub ppid: u32,
     /// Distinguishes a reused pid (clock ticks on Linux, FILETIME on Windows).
     pub start_time: u64,
-    /// The command line, read only for Python ([`runs_launcher`]); empty
-    /// where it is not read (Windows: Python there is a client).
+    /// The command line, read only for Python and Node ([`runs_launcher`],
+    /// [`node_runs_launcher`]); empty where it is not read (Windows: Python
+    /// there is a client, Node a launcher).
     pub argv: Vec<String>,
 }
 
@@ -112,7 +149,7 @@ pub fn nearest_client(parent: u32, lookup: impl Fn(u32) -> Option<Process>) -> S
 pub fn client_session_key() -> String {
     nearest_client(std::os::unix::process::parent_id(), |pid| {
         read_stat(pid).map(|s| Process {
-            argv: if is_python(&s.comm) {
+            argv: if is_python(&s.comm) || is_node(&s.comm) {
                 read_cmdline(pid)
             } else {
                 Vec::new()
@@ -283,15 +320,7 @@ mod tests {
 
     #[test]
     fn launchers_are_skipped() {
-        for name in [
-            "sh",
-            "/bin/bash",
-            "npx",
-            "disclaimer",
-            "cmd.exe",
-            "C:\\Program Files\\nodejs\\node.exe",
-            "uv.exe",
-        ] {
+        for name in ["sh", "/bin/bash", "npx", "disclaimer", "cmd.exe", "uv.exe"] {
             assert!(is_launcher(name), "{name} launches servers for a client");
         }
         for name in [
@@ -328,15 +357,39 @@ mod tests {
         }
     }
 
+    /// Node is a launcher only while it runs one.
+    #[test]
+    fn node_launches_only_when_it_runs_a_launcher() {
+        for (argv, launches) in [
+            ("node /usr/lib/node_modules/npm/bin/npx-cli.js -y pkg", true),
+            ("node /usr/bin/npx -y pkg", true),
+            ("node --no-warnings /opt/pnpm/bin/pnpm.cjs dlx pkg", true),
+            ("node -r ./trace.js /usr/bin/npm exec pkg", true),
+            ("node /usr/local/bin/gemini", false),
+            ("node dist/agent.mjs", false),
+            ("node -e require('child_process')", false),
+            ("node", false),
+        ] {
+            let argv: Vec<String> = argv.split(' ').map(str::to_string).collect();
+            assert!(is_node(&argv[0]));
+            assert_eq!(node_runs_launcher(&argv), launches, "{argv:?}");
+        }
+        assert!(is_node("C:\\Program Files\\nodejs\\NODE.EXE"));
+    }
+
     /// A process table for the walk: pid → (command line, ppid, start); the
-    /// name is the command line's first word.
+    /// name is the command line's first word. A one-word entry has no
+    /// command line read (as on Windows).
     fn walk(table: &[(u32, &str, u32, u64)], parent: u32) -> String {
         nearest_client(parent, |pid| {
             table
                 .iter()
                 .find(|(p, ..)| *p == pid)
                 .map(|&(_, name, ppid, start_time)| Process {
-                    argv: name.split(' ').map(str::to_string).collect(),
+                    argv: match name.contains(' ') {
+                        true => name.split(' ').map(str::to_string).collect(),
+                        false => Vec::new(),
+                    },
                     name: name.split(' ').next().unwrap_or(name).into(),
                     ppid,
                     start_time,
@@ -351,7 +404,12 @@ mod tests {
             (10, "cursor", 1, 500),
             (20, "sh", 10, 600),
             (30, "npx", 20, 700),
-            (40, "node", 30, 800),
+            (
+                40,
+                "node /usr/lib/node_modules/npm/bin/npx-cli.js -y pkg",
+                30,
+                800,
+            ),
         ];
         assert_eq!(walk(&linux, 40), "10:500");
         assert_eq!(walk(&linux, 10), "10:500", "a direct launch");
@@ -375,6 +433,14 @@ mod tests {
         assert_eq!(walk(&agents, 20), "20:600");
         assert_eq!(walk(&agents, 30), "30:700");
         assert_eq!(walk(&agents, 40), "30:700");
+        // So are two Node clients (Gemini CLI) started from one shell.
+        let node_clients = [
+            (10, "bash", 1, 500),
+            (20, "node /usr/local/bin/gemini", 10, 600),
+            (30, "node /usr/local/bin/gemini", 10, 700),
+        ];
+        assert_eq!(walk(&node_clients, 20), "20:600");
+        assert_eq!(walk(&node_clients, 30), "30:700");
         // the root, a loop, and a process that vanished
         assert_eq!(walk(&[(7, "sh", 1, 9)], 7), "7:9", "stops below init");
         assert_eq!(
