@@ -5,7 +5,11 @@
 //! - A request that can change anything (any method but GET/HEAD/OPTIONS)
 //!   must carry an `Origin` equal to one of those (or a configured extra
 //!   origin such as the tray app's), else 403. A foreign `Origin` or
-//!   `Sec-Fetch-Site: cross-site` is refused on reads too.
+//!   `Sec-Fetch-Site: cross-site` is refused on reads too — except a
+//!   top-level navigation to the sign-in page itself (`GET /signin`,
+//!   `Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document`): `--open`
+//!   reaches it from a local redirect page (`file://`, so cross-site), and
+//!   the page holds nothing; the token in its fragment is what signs in.
 //! - Every response, refusals included, carries a strict CSP, `nosniff`,
 //!   `no-referrer` and `frame-ancestors 'none'`.
 
@@ -82,12 +86,28 @@ pub async fn check_request(
     let refuse = if changes_state(req.method()) {
         origin_ok != Some(true)
     } else {
-        origin_ok == Some(false) || cross_site
+        origin_ok == Some(false) || (cross_site && !signin_navigation(&req))
     };
     if refuse {
         return ApiError::ForbiddenOrigin.into_response();
     }
     next.run(req).await
+}
+
+/// A browser opening the sign-in page as a document in a tab or window
+/// (never a fetch, frame or sub-resource: those say another mode or
+/// destination; `frame-ancestors 'none'` stops framing anyway).
+fn signin_navigation(req: &Request) -> bool {
+    let is = |name: &str, want: &str| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.eq_ignore_ascii_case(want))
+    };
+    matches!(*req.method(), Method::GET | Method::HEAD)
+        && req.uri().path() == "/signin"
+        && is("sec-fetch-mode", "navigate")
+        && is("sec-fetch-dest", "document")
 }
 
 /// Middleware adding the security headers to every response.
@@ -164,5 +184,39 @@ mod tests {
         ] {
             assert_eq!(a.origin_ok(o), ok, "origin {o:?}");
         }
+    }
+
+    #[test]
+    fn only_a_document_navigation_to_signin_passes_cross_site() {
+        let check = |method: Method, path: &str, mode: &str, dest: &str, ok: bool| {
+            let req = Request::builder()
+                .method(method.clone())
+                .uri(path)
+                .header("sec-fetch-site", "cross-site")
+                .header("sec-fetch-mode", mode)
+                .header("sec-fetch-dest", dest)
+                .body(axum::body::Body::empty())
+                .unwrap();
+            assert_eq!(
+                signin_navigation(&req),
+                ok,
+                "{method} {path} mode={mode} dest={dest}"
+            );
+        };
+        // what `--open`'s local redirect page does
+        check(Method::GET, "/signin", "navigate", "document", true);
+        check(Method::GET, "/signin", "cors", "empty", false);
+        check(Method::GET, "/signin", "navigate", "iframe", false);
+        check(Method::GET, "/signin", "no-cors", "script", false);
+        check(Method::POST, "/signin", "navigate", "document", false);
+        check(Method::GET, "/", "navigate", "document", false);
+        check(
+            Method::GET,
+            "/api/auth/signin",
+            "navigate",
+            "document",
+            false,
+        );
+        check(Method::GET, "/signin/x", "navigate", "document", false);
     }
 }

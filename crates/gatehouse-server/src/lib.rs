@@ -4,7 +4,11 @@
 //! [`ServerHandle`], [`router`] (for in-process tests), [`auth::Auth`]
 //! (sign-in links, sessions, stream tickets, CLI challenges),
 //! [`control`] (the one-per-user lock and `control.json`), and
-//! [`error::ApiError`] (stable codes, safe messages).
+//! [`error::ApiError`] (stable codes, safe messages). Connections are
+//! bounded ([`ConnectionLimits`]): headers must arrive within a timeout,
+//! idle keep-alive connections close after the same time, and past a cap
+//! a new connection is closed at once, so another local user holding
+//! sockets cannot exhaust the process.
 //!
 //! **Invariant:** nothing here trusts ambient credentials — every API call
 //! but sign-in, health and the CLI challenge needs a bearer session token,
@@ -41,6 +45,35 @@ pub use error::ApiError;
 /// Largest request body the API accepts (policy files are the biggest).
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// Default [`ConnectionLimits::header_read_timeout`].
+pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Default [`ConnectionLimits::max_connections`].
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// How many connections the control plane serves and for how long it waits
+/// on them.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// A connection must deliver a request's whole header within this time,
+    /// from its start and again after every response (so an idle
+    /// keep-alive connection closes after it too); else it is closed.
+    /// Streaming a response (the event streams) is not bounded by it.
+    pub header_read_timeout: std::time::Duration,
+    /// Connections served at once, event streams included; one more is
+    /// closed as soon as it is accepted.
+    pub max_connections: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
+        }
+    }
+}
+
 /// How to start a control plane.
 #[derive(Clone)]
 pub struct ServerConfig {
@@ -65,6 +98,8 @@ pub struct ServerConfig {
     /// The `gatehouse` binary protected entries launch (`gatehouse wrap`);
     /// `None` leaves protect/unprotect to the CLI.
     pub gatehouse_exe: Option<PathBuf>,
+    /// Header timeout and connection cap.
+    pub limits: ConnectionLimits,
 }
 
 impl std::fmt::Debug for ServerConfig {
@@ -90,6 +125,7 @@ impl ServerConfig {
             poll_interval: std::time::Duration::from_millis(250),
             client_dirs: None,
             gatehouse_exe: None,
+            limits: ConnectionLimits::default(),
         }
     }
 }
@@ -380,16 +416,7 @@ pub async fn serve(config: ServerConfig) -> Result<ServerHandle, ServeError> {
     tokio::spawn(protection::end_pauses(state.clone()));
     let app = router(state.clone());
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
-        let result = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.await;
-            })
-            .await;
-        if let Err(e) = result {
-            tracing::error!(error = %e, "control plane server stopped");
-        }
-    });
+    let task = tokio::spawn(serve_connections(listener, app, config.limits, stopped));
     Ok(ServerHandle {
         addr,
         state,
@@ -398,4 +425,102 @@ pub async fn serve(config: ServerConfig) -> Result<ServerHandle, ServeError> {
         shutdown_tx,
         task,
     })
+}
+
+/// The accept loop: every connection is HTTP/1 with a header-read timeout
+/// (hyper's, on tokio's timer) and holds one of `max_connections` slots
+/// until it closes; without a free slot a new connection is dropped at
+/// once. `stopped` ends accepting; open connections then finish their
+/// current request (streams end through [`Inner::shutdown`]).
+async fn serve_connections(
+    mut listener: tokio::net::TcpListener,
+    app: Router,
+    limits: ConnectionLimits,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    use axum::serve::Listener;
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let (draining_tx, draining) = watch::channel(false);
+    let mut refused_since_warning: u64 = 0;
+    let mut last_warning: Option<std::time::Instant> = None;
+    loop {
+        // axum's `Listener` retries failed accepts itself (and pauses on EMFILE).
+        let (stream, _peer) = tokio::select! {
+            conn = Listener::accept(&mut listener) => conn,
+            _ = &mut stopped => break,
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            drop(stream);
+            refused_since_warning += 1;
+            // One line a minute at most: the flood itself must not fill the log.
+            if last_warning.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60)) {
+                tracing::warn!(
+                    max = limits.max_connections,
+                    refused = refused_since_warning,
+                    "control plane: too many open connections; refusing new ones"
+                );
+                refused_since_warning = 0;
+                last_warning = Some(std::time::Instant::now());
+            }
+            continue;
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let mut draining = draining.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout);
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "control plane connection ended");
+                    }
+                    return;
+                }
+                _ = draining.wait_for(|d| *d) => conn.as_mut().graceful_shutdown(),
+            }
+            let _ = conn.await;
+        });
+    }
+    drop(listener);
+    let _ = draining_tx.send(true);
+    // Wait for every connection to give its slot back.
+    let all = u32::try_from(limits.max_connections.max(1)).unwrap_or(u32::MAX);
+    let _ = slots.acquire_many(all).await;
+}
+
+/// Raises this process's soft limit on open files to its hard limit (on
+/// macOS at most `OPEN_MAX`, 10240), so descriptors run out only long
+/// after [`MAX_CONNECTIONS`] connections.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+pub fn raise_nofile_limit() -> std::io::Result<()> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut want = lim.rlim_max;
+    if cfg!(target_os = "macos") {
+        want = want.min(10240);
+    }
+    if lim.rlim_cur >= want {
+        return Ok(());
+    }
+    lim.rlim_cur = want;
+    // SAFETY: setrlimit reads the struct we own.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -56,31 +56,15 @@ fn wait_for_running(
     )
 }
 
-fn announce(url: &str, open: bool) {
+/// Prints the sign-in link (stdout is the person's own terminal, never a
+/// command line) and, with `--open`, opens it through a private redirect
+/// page ([`crate::browser`]); returns that page.
+fn announce(home: &Path, url: &str, open: bool) -> Option<PathBuf> {
     outln!("Dashboard: {url}");
     if open {
-        open_browser(url);
-    }
-}
-
-fn open_browser(url: &str) {
-    let mut cmd = if cfg!(target_os = "macos") {
-        std::process::Command::new("open")
-    } else if cfg!(windows) {
-        let mut c = std::process::Command::new("rundll32");
-        c.arg("url.dll,FileProtocolHandler");
-        c
+        crate::browser::open_signin(home, url)
     } else {
-        std::process::Command::new("xdg-open")
-    };
-    let spawned = cmd
-        .arg(url)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn();
-    if spawned.is_err() {
-        eprintln!("gatehouse: could not open a browser; open the URL above yourself");
+        None
     }
 }
 
@@ -97,10 +81,17 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
                 home.display(),
                 info.pid
             );
-            announce(&url, args.open);
+            announce(&home, &url, args.open);
             return Ok(ExitCode::SUCCESS);
         }
     };
+    logging();
+    raise_fd_limit();
+    // Redirect pages a crashed run left behind (their tokens have expired).
+    crate::browser::sweep(
+        &home.join(crate::browser::SIGNIN_DIR),
+        std::time::SystemTime::now(),
+    );
     if let Some(line) = policy_notice(&home) {
         eprintln!("{line}");
     }
@@ -155,11 +146,25 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
             home.display(),
             handle.base_url()
         );
-        announce(&handle.signin_url(), args.open);
-        tokio::select! {
-            _ = shutdown_signal() => eprintln!("gatehouse: stopping"),
-            _ = handle.wait() => bail!("the control plane stopped unexpectedly"),
+        let page = announce(&home, &handle.signin_url(), args.open);
+        if let Some(page) = page.clone() {
+            // The page is worth nothing once its token expired: remove it then.
+            tokio::spawn(async move {
+                tokio::time::sleep(crate::browser::STALE_AFTER).await;
+                let _ = std::fs::remove_file(page);
+            });
         }
+        let outcome = tokio::select! {
+            _ = shutdown_signal() => {
+                eprintln!("gatehouse: stopping");
+                Ok(())
+            }
+            _ = handle.wait() => Err(anyhow::anyhow!("the control plane stopped unexpectedly")),
+        };
+        if let Some(page) = page {
+            let _ = std::fs::remove_file(page);
+        }
+        outcome?;
         handle.shutdown().await;
         store.close().await;
         drop(lock);
@@ -230,6 +235,33 @@ pub fn run_dashboard(args: DashboardArgs) -> anyhow::Result<ExitCode> {
     };
     let url = control::request_signin_url(&info)
         .context("asking the running control plane for a sign-in link")?;
-    announce(&url, args.open);
+    // The page outlives this process: the browser reads it after we exit;
+    // the next write or `gatehouse up` sweeps it once its token expired.
+    announce(&home, &url, args.open);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Logs of the control plane go to stderr: `GATEHOUSE_LOG` (as in the
+/// tray app), else `RUST_LOG`, else warnings and errors — so an internal
+/// error behind a 500 is never silent.
+fn logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GATEHOUSE_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Raises the soft limit on open files to the hard limit, so connections
+/// another local user holds open run into the server's own cap
+/// ([`gatehouse_server::MAX_CONNECTIONS`]) long before the process runs
+/// out of descriptors for its database and files.
+fn raise_fd_limit() {
+    #[cfg(unix)]
+    if let Err(e) = gatehouse_server::raise_nofile_limit() {
+        tracing::warn!(error = %e, "could not raise the open-file limit");
+    }
 }
