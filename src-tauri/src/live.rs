@@ -60,6 +60,12 @@ pub fn start() -> Result<Started, StartError> {
         reason: e.to_string(),
     })? {
         Acquired::Mine(mut lock) => {
+            // Connections another local user holds open meet the server's
+            // own cap long before the app runs out of descriptors.
+            #[cfg(unix)]
+            if let Err(e) = gatehouse_server::raise_nofile_limit() {
+                tracing::warn!(error = %e, "could not raise the open-file limit");
+            }
             let (handle, opened, watcher) = tauri::async_runtime::block_on(async {
                 // opens (and migrates) the shared database, loads the install
                 // key and enables client discovery for the dashboard
