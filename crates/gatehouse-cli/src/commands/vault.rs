@@ -68,6 +68,9 @@ pub fn run(cmd: VaultCommand) -> anyhow::Result<ExitCode> {
     let vault = KeyringVault::new();
     match cmd {
         VaultCommand::Set { server, name } => {
+            // Refused names (syntax, or a reserved one such as `LD_PRELOAD`)
+            // fail before the value is asked for.
+            gatehouse_vault::validate_new_name(&name)?;
             let value = if std::io::stdin().is_terminal() {
                 read_hidden(&format!("value for {name} of {server}: "))?
             } else {
