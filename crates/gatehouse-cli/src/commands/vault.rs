@@ -17,7 +17,9 @@ pub enum VaultCommand {
         /// Secret name. A protected server (one `gatehouse protect` wrapped)
         /// gets every secret stored for it as an environment variable of this
         /// name; any other server only through its policy
-        /// (`env = { NAME = "vault:NAME" }`, docs/policy.md).
+        /// (`env = { NAME = "vault:NAME" }`, docs/policy.md). Names a loader,
+        /// interpreter or shell reads (`LD_*`, `PYTHON*`, `NODE_OPTIONS`,
+        /// `PATH`, …; docs/vault.md) are refused.
         name: String,
     },
     /// List secret names (never values), for one server or all protected servers.
