@@ -243,9 +243,13 @@ pub fn plan_entry(view: &EntryView, id: &str, gatehouse_home: &Path) -> Option<E
     let mut pass_env = Vec::new();
     for (name, value) in &view.env {
         match value.as_deref() {
+            // A reserved name (`LD_PRELOAD`, `PYTHONPATH`, …: see
+            // `gatehouse_vault::reserved`) stays in the config: the client
+            // sets it for wrap already, and a keyring entry with that name
+            // would never be injected.
             Some(v)
                 if env_secret(name, v).is_some()
-                    && gatehouse_vault::validate_name(name).is_ok() =>
+                    && gatehouse_vault::validate_new_name(name).is_ok() =>
             {
                 env_moves.push((name.clone(), Secret::new(v.to_owned())));
             }
@@ -268,14 +272,22 @@ pub fn plan_entry(view: &EntryView, id: &str, gatehouse_home: &Path) -> Option<E
             .then(b.range.start.cmp(&a.range.start))
     });
     for f in found {
-        let mut name = f.name.clone();
+        // Every stored secret reaches the server's environment by name: a
+        // flag whose name would be a reserved one (`--ld-token` → `LD_TOKEN`)
+        // gets a neutral name instead.
+        let base = if gatehouse_vault::validate_new_name(&f.name).is_ok() {
+            f.name.clone()
+        } else {
+            format!("ARG{}_SECRET", f.arg_index)
+        };
+        let mut name = base.clone();
         let mut n = 2;
         while env_moves
             .iter()
             .chain(&arg_secrets)
             .any(|(m, _): &(String, Secret<String>)| *m == name)
         {
-            name = format!("{}_{n}", f.name);
+            name = format!("{base}_{n}");
             n += 1;
         }
         arg_secrets.push((
@@ -427,5 +439,36 @@ mod tests {
                 "postgresql://me:{{vault:POSTGRESQL_PASSWORD}}@db/app".to_string()
             )]
         );
+    }
+
+    #[test]
+    fn reserved_names_never_become_secrets() {
+        let view = EntryView {
+            container: s(&["mcpServers"]),
+            name: "ld".into(),
+            kind: EntryKind::Stdio {
+                command: "npx".into(),
+                args: s(&["-y", "ld-mcp", "--ld-token", "tok_0123456789abcdef"]),
+            },
+            env: vec![
+                ("LD_API_KEY".into(), Some("api-0123456789abcdef".into())),
+                ("GITHUB_TOKEN".into(), Some("ghp_abc".into())),
+            ],
+            env_file: false,
+            remote_dev: false,
+            malformed: None,
+            headers: vec![],
+            wrapped: None,
+            pass_through: vec![],
+        };
+        let plan = plan_entry(&view, "srv_1", Path::new("/gh")).unwrap();
+        assert_eq!(
+            plan.secret_names(),
+            s(&["GITHUB_TOKEN", "ARG3_SECRET"]),
+            "an env value under a reserved name stays in the config; a flag \
+             whose name would be reserved is stored under a neutral one"
+        );
+        assert_eq!(plan.pass_env, s(&["LD_API_KEY"]));
+        assert_eq!(plan.argv[4], "{{vault:ARG3_SECRET}}");
     }
 }

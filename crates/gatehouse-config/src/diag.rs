@@ -93,6 +93,21 @@ impl PolicyError {
             PolicyError::Io { .. } => &[],
         }
     }
+
+    /// Every problem as a diagnostic: an unreadable file (a missing base,
+    /// say) is one at line 0 naming the file and the OS error — never its
+    /// contents.
+    pub fn to_diagnostics(&self) -> Vec<Diagnostic> {
+        match self {
+            PolicyError::Invalid(d) => d.clone(),
+            PolicyError::Io { path, source } => vec![Diagnostic {
+                file: path.display().to_string(),
+                line: 0,
+                column: 0,
+                message: format!("cannot read this policy file: {source}"),
+            }],
+        }
+    }
 }
 
 fn render(diags: &[Diagnostic]) -> String {

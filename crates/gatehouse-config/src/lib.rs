@@ -227,6 +227,29 @@ pub fn load_file(path: &Path, env_base: Option<&Path>) -> Result<LoadedPolicy, P
     load_local(path, None, env_base)
 }
 
+/// Validates `bytes` as if they were the policy file at `path`, exactly as
+/// [`load`] would read them there: its `base` key followed (relative to
+/// `path`'s directory) and `$GATEHOUSE_POLICY_BASE`. The dashboard's editor
+/// checks an edit with this before it is saved, so "valid" means what every
+/// wrap will load. Diagnostics give files, positions and keys, never a
+/// base file's contents.
+pub fn check_as(path: &Path, bytes: &[u8]) -> Result<LoadedPolicy, PolicyError> {
+    let env_base = std::env::var_os(BASE_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    check_as_with(path, bytes, env_base.as_deref())
+}
+
+/// [`check_as`] with the environment base passed in (for tests).
+pub fn check_as_with(
+    path: &Path,
+    bytes: &[u8],
+    env_base: Option<&Path>,
+) -> Result<LoadedPolicy, PolicyError> {
+    let text = utf8_text(path, bytes.to_vec())?;
+    compile_local(path, text, env_base)
+}
+
 fn load_local(
     local_path: &Path,
     if_missing: Option<&str>,
@@ -244,6 +267,15 @@ fn load_local(
             })
         }
     };
+    compile_local(local_path, local_text, env_base)
+}
+
+/// The local file's text with the bases it names (read from disk).
+fn compile_local(
+    local_path: &Path,
+    local_text: String,
+    env_base: Option<&Path>,
+) -> Result<LoadedPolicy, PolicyError> {
     let local_name = local_path.display().to_string();
     let local_layer = layer::parse_layer(&local_name, &local_text).map_err(PolicyError::Invalid)?;
     let dir = local_path.parent().unwrap_or_else(|| Path::new("."));

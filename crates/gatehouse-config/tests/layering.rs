@@ -303,6 +303,46 @@ fn load_reads_local_and_bases() {
     }
 }
 
+/// `check_as` judges an edit exactly as `load` would judge the saved file:
+/// same bases (the file's, relative to its directory, and the environment's),
+/// same verdict; an unreadable base is a diagnostic naming the file.
+#[test]
+fn check_as_judges_a_text_as_load_judges_the_file() {
+    let home = tempfile::tempdir().expect("home");
+    std::fs::write(home.path().join("team.toml"), "fail_closed = true\n").expect("base");
+    std::fs::write(home.path().join("broken.toml"), "mode = [\n").expect("broken");
+    let at = home.path().join(gatehouse_config::POLICY_FILE);
+    for (text, valid) in [
+        ("mode = \"audit\"\n", true),
+        ("base = \"team.toml\"\n", true),
+        ("base = \"missing.toml\"\n", false),
+        ("base = \"broken.toml\"\n", false),
+        ("base = \"/nonexistent/team.toml\"\n", false),
+    ] {
+        let checked = gatehouse_config::check_as_with(&at, text.as_bytes(), None);
+        std::fs::write(&at, text).expect("local");
+        let loaded = gatehouse_config::load_with(home.path(), None);
+        assert_eq!(checked.is_ok(), valid, "{text:?}: {checked:?}");
+        assert_eq!(loaded.is_ok(), valid, "{text:?}: the loader agrees");
+        if let Err(e) = checked {
+            let d = e.to_diagnostics();
+            assert!(!d.is_empty(), "{text:?}: says why");
+        }
+    }
+    let with_env = gatehouse_config::check_as_with(
+        &at,
+        b"mode = \"audit\"\n",
+        Some(&home.path().join("missing-env.toml")),
+    );
+    let d = with_env
+        .expect_err("an unreadable environment base")
+        .to_diagnostics();
+    assert!(
+        d[0].file.ends_with("missing-env.toml") && d[0].line == 0,
+        "{d:?}"
+    );
+}
+
 // ---------- property tests ----------
 
 const SERVERS: &[&str] = &["a", "ab", "b"];

@@ -1377,11 +1377,33 @@ fn inject_secrets(
             .reason(reason),
         );
     };
-    // Every secret stored for the server goes into its environment by name.
+    // Every secret stored for the server goes into its environment by name,
+    // except a name a loader, interpreter or shell reads (`LD_PRELOAD`,
+    // `PYTHONPATH`, …): such an entry (stored before the vault refused these
+    // names) could decide what code the server runs. The event names it.
     match vault.list(&opts.server_id) {
         Ok(names) => {
             for name in names {
                 if env.iter().any(|(k, _)| *k == name) {
+                    continue;
+                }
+                if let Some(reader) = gatehouse_vault::reserved_env_name(&name) {
+                    recorder.event(
+                        EngineEvent::new(
+                            "secret_not_injected",
+                            gatehouse_engine::Severity::High,
+                            gatehouse_engine::Action::Block,
+                            "vault.reserved_name",
+                        )
+                        .reason(format!(
+                            "secret {name} not injected: {reader} reads it; \
+                             remove it with `gatehouse vault rm {} {name}`",
+                            opts.server_id
+                        )),
+                    );
+                    eprintln!(
+                        "gatehouse: secret {name} not injected: {reader} reads it (docs/vault.md)"
+                    );
                     continue;
                 }
                 match vault.get(&opts.server_id, &name) {
@@ -1544,5 +1566,55 @@ mod tests {
         let started = tokio::time::Instant::now();
         gather(&mut rx, &mut batch).await;
         assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_stored_secret_with_a_reserved_name_is_never_injected() {
+        let vault = gatehouse_vault::MemoryVault::new();
+        let secret = |v: &str| gatehouse_vault::Secret::new(v.to_owned());
+        vault
+            .set("srv_a", "GITHUB_TOKEN", secret("ghp_ok"))
+            .unwrap();
+        // As an older version could have stored them.
+        vault
+            .insert_legacy("srv_a", "PYTHONPATH", secret("/tmp/attacker"))
+            .unwrap();
+        vault
+            .insert_legacy("srv_a", "LD_PRELOAD", secret("/tmp/x.so"))
+            .unwrap();
+        let opts = WrapOptions {
+            server_id: "srv_a".into(),
+            home: None,
+            pass_env: vec![],
+            argv: vec!["server".into()],
+            vault: Some(Arc::new(vault)),
+            inbox_timeout: Duration::from_secs(1),
+        };
+        let (events, mut events_rx) = mpsc::unbounded_channel();
+        let (pins, _pins_rx) = mpsc::unbounded_channel();
+        let recorder = Recorder { events, pins };
+        let policy = gatehouse_config::check_text("p", "").unwrap().policy;
+        let server = policy.server_settings("server");
+        let key = gatehouse_vault::GuardKey::for_install(b"key");
+        let mut env = vec![("PATH".to_owned(), "/usr/bin".to_owned())];
+        let mut args = vec![];
+        inject_secrets(&opts, &key, &server, true, &mut env, &mut args, &recorder);
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            vec!["PATH", "GITHUB_TOKEN"],
+            "only the data secret reaches the environment"
+        );
+        let mut reasons = Vec::new();
+        while let Ok(Record::Write(e)) = events_rx.try_recv() {
+            assert_eq!(e.kind, "secret_not_injected");
+            reasons.push(e.reason);
+        }
+        assert_eq!(reasons.len(), 2, "one event per refused name: {reasons:?}");
+        assert!(
+            reasons.iter().all(|r| !r.contains("/tmp/")),
+            "events name the secret, never its value: {reasons:?}"
+        );
+        assert!(reasons[0].contains("LD_PRELOAD") && reasons[1].contains("PYTHONPATH"));
     }
 }

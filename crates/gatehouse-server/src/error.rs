@@ -44,6 +44,10 @@ pub enum ApiError {
     /// A feature whose backing component is not available in this build.
     #[error("{0} is not available in this build")]
     Unavailable(&'static str),
+    /// The OS keyring does not answer (locked, no Secret Service, timed
+    /// out); the message says why, with names and reasons only.
+    #[error("the OS keyring is unavailable: {0}")]
+    KeyringUnavailable(String),
     /// Anything else; details are logged, not returned.
     #[error("internal error")]
     Internal(String),
@@ -65,6 +69,7 @@ impl ApiError {
             ApiError::NotFound(_) => "not_found",
             ApiError::Conflict(_) => "conflict",
             ApiError::Unavailable(_) => "unavailable",
+            ApiError::KeyringUnavailable(_) => "keyring_unavailable",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -84,6 +89,7 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unavailable(_) => StatusCode::NOT_IMPLEMENTED,
+            ApiError::KeyringUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -272,19 +272,38 @@ pub fn keyring() -> gatehouse_vault::KeyringVault {
 }
 
 /// The OS keyring for the dashboard's Secrets page and protect, when it
-/// answers within 2 s; `None` (said on stderr) otherwise.
+/// answers within 2 s; `None` (said on stderr) otherwise. Why it did not
+/// answer is kept for the API's answers ([`keyring_probe_failure`]).
 pub async fn probe_keyring() -> Option<Arc<dyn gatehouse_vault::Vault>> {
     let probe = tokio::task::spawn_blocking(|| {
         let vault = keyring();
         vault.probe().map(|_| vault)
     });
-    match probe.await {
-        Ok(Ok(vault)) => Some(Arc::new(vault)),
-        Ok(Err(e)) => {
-            eprintln!("gatehouse: secrets are unavailable in the dashboard: {e}");
-            None
-        }
-        Err(_) => None,
+    let failure = match probe.await {
+        Ok(Ok(vault)) => return Some(Arc::new(vault)),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => "the keyring probe failed".to_owned(),
+    };
+    eprintln!("gatehouse: secrets are unavailable in the dashboard: {failure}");
+    if let Ok(mut last) = PROBE_FAILURE.lock() {
+        *last = Some(failure);
+    }
+    None
+}
+
+/// Why this process's last [`probe_keyring`] found no keyring (names and
+/// reasons only: `VaultError` messages never carry values).
+static PROBE_FAILURE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Why the control plane has no keyring, for API errors: the start-up
+/// probe's failure when there was one.
+pub(crate) fn keyring_probe_failure() -> String {
+    let why = PROBE_FAILURE.lock().ok().and_then(|g| g.clone());
+    match why {
+        Some(why) => format!(
+            "it did not answer when the control plane started ({why}); unlock or start it, then restart the control plane"
+        ),
+        None => "the control plane was started without one".to_owned(),
     }
 }
 

@@ -501,6 +501,27 @@ async fn events_filter_and_paginate() {
         "bad_request",
     );
 
+    // `limit` outside its documented range is refused, not silently changed.
+    for (path, range) in [
+        ("/api/events?limit=0", "1 and 500"),
+        ("/api/events?limit=501", "1 and 500"),
+        ("/api/events?limit=100000", "1 and 500"),
+        ("/api/consent?limit=0", "1 and 1000"),
+        ("/api/consent?limit=1001", "1 and 1000"),
+    ] {
+        let r = h.get(path, &t).await;
+        expect_error(&r, StatusCode::BAD_REQUEST, "bad_request");
+        assert!(
+            r.body["error"]["message"].as_str().unwrap().contains(range),
+            "{path}: the error names the range: {:?}",
+            r.body
+        );
+    }
+    assert_eq!(
+        h.get("/api/events?limit=500", &t).await.status,
+        StatusCode::OK
+    );
+
     let page1 = h.get("/api/events?server=srv-files&limit=2", &t).await;
     assert_eq!(page1.body["items"].as_array().unwrap().len(), 2);
     let before = page1.body["next_before"]
@@ -1167,6 +1188,86 @@ async fn a_policy_file_that_is_not_utf8_is_invalid_not_an_error() {
     assert_eq!(saved["saved"], true, "{saved:?}");
 }
 
+/// The editor validates exactly what every wrap loads: the `base` a policy
+/// names is followed (relative to the home), so a missing, broken or
+/// non-policy base makes the edit invalid, it is not saved, and `GET`
+/// reports a saved file with a bad base as invalid. No diagnostic carries a
+/// base file's contents.
+#[tokio::test]
+async fn policy_validation_follows_the_base_as_wrap_does() {
+    let (h, t) = seeded().await;
+    let home = h.home.path();
+    std::fs::write(home.join("broken.toml"), "mode = [\n").unwrap();
+    std::fs::write(
+        home.join("team.env"),
+        "GITHUB_TOKEN=\"ghp_CANARYbase0123456789abcdefghijklmnop\"\n",
+    )
+    .unwrap();
+    std::fs::write(home.join("team.toml"), "mode = \"audit\"\n").unwrap();
+    for (text, why) in [
+        ("base = \"/nonexistent/team.toml\"\n", "a missing base"),
+        (
+            "base = \"relative-missing.toml\"\n",
+            "a missing relative base",
+        ),
+        ("base = \"broken.toml\"\n", "a base that is not TOML"),
+        ("base = \"team.env\"\n", "a base that is not a policy"),
+    ] {
+        let v = h
+            .post("/api/policy/validate", &t, json!({ "text": text }))
+            .await
+            .body;
+        assert_eq!(v["valid"], false, "{why} is invalid: {v:?}");
+        assert!(
+            !v["diagnostics"].as_array().unwrap().is_empty(),
+            "{why} says what is wrong: {v:?}"
+        );
+        assert!(
+            !v.to_string().contains("CANARY"),
+            "a base's contents are never echoed: {v:?}"
+        );
+        let put = h
+            .call(
+                Method::PUT,
+                "/api/policy",
+                Some(&t),
+                Some(json!({ "text": text })),
+            )
+            .await
+            .body;
+        assert_eq!(put["saved"], false, "{why}: not saved: {put:?}");
+        assert_eq!(put["valid"], false, "{why}: {put:?}");
+        assert!(!put.to_string().contains("CANARY"), "{put:?}");
+    }
+    assert!(!home.join("policy.toml").exists(), "nothing was saved");
+    let ok = h
+        .post(
+            "/api/policy/validate",
+            &t,
+            json!({ "text": "base = \"team.toml\"\n" }),
+        )
+        .await
+        .body;
+    assert_eq!(ok["valid"], true, "a readable valid base: {ok:?}");
+
+    // A file saved by hand whose base is gone is reported invalid, as
+    // `gatehouse policy check` and every wrap see it.
+    std::fs::write(home.join("policy.toml"), "base = \"gone.toml\"\n").unwrap();
+    let got = h.get("/api/policy", &t).await.body;
+    assert_eq!(got["valid"], false, "{got:?}");
+    assert!(
+        got["diagnostics"][0]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("gone.toml"),
+        "the diagnostic names the base: {got:?}"
+    );
+    assert!(
+        gatehouse_config::load(home).is_err(),
+        "the API agrees with the loader"
+    );
+}
+
 #[tokio::test]
 async fn policy_read_validate_save_generate() {
     let (h, t) = seeded().await;
@@ -1255,7 +1356,12 @@ async fn vault_and_clients_report_unavailable_without_backends() {
             Some(json!({ "value": "x" })),
         )
         .await;
-    expect_error(&set, StatusCode::NOT_IMPLEMENTED, "unavailable");
+    expect_error(&set, StatusCode::SERVICE_UNAVAILABLE, "keyring_unavailable");
+    let msg = set.body["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("keyring is unavailable") && !msg.contains("in this build"),
+        "a missing keyring is said as such: {msg}"
+    );
     assert_eq!(h.get("/api/clients", &t).await.body["available"], false);
     expect_error(
         &h.post("/api/clients/x/protect", &t, json!({})).await,
@@ -1323,6 +1429,62 @@ async fn vault_names_set_delete_never_return_values() {
         events.contains("GITHUB_TOKEN") && !events.contains("canary"),
         "the event names the secret, not its value"
     );
+    // Secrets set (or deleted) within a second are each named in the audit
+    // log: their events do not fold into the first one's row.
+    for name in ["SECOND_TOKEN", "THIRD_TOKEN"] {
+        let (s, _) = call(
+            Method::PUT,
+            format!("/api/vault/srv-files/{name}"),
+            Some(json!({ "value": "v2" })),
+        )
+        .await;
+        assert_eq!(s, StatusCode::NO_CONTENT);
+    }
+    for name in ["SECOND_TOKEN", "THIRD_TOKEN"] {
+        let (s, _) = call(Method::DELETE, format!("/api/vault/srv-files/{name}"), None).await;
+        assert_eq!(s, StatusCode::NO_CONTENT);
+    }
+    let (_, events) = call(Method::GET, "/api/events?type=secret_set".into(), None).await;
+    assert!(
+        events.contains("secret GITHUB_TOKEN set")
+            && events.contains("secret SECOND_TOKEN set")
+            && events.contains("secret THIRD_TOKEN set"),
+        "each secret set is its own row: {events}"
+    );
+    let (_, events) = call(Method::GET, "/api/events?type=secret_deleted".into(), None).await;
+    assert!(
+        events.contains("SECOND_TOKEN") && events.contains("THIRD_TOKEN"),
+        "each secret deleted is its own row: {events}"
+    );
+    // Names a loader, interpreter or shell reads are refused, saying why.
+    for name in ["PYTHONPATH", "LD_PRELOAD", "NODE_OPTIONS"] {
+        let (s, body) = call(
+            Method::PUT,
+            format!("/api/vault/srv-files/{name}"),
+            Some(json!({ "value": "/tmp/attacker" })),
+        )
+        .await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{name}: {body}");
+        assert!(
+            body.contains(name) && body.contains("reads it") && !body.contains("attacker"),
+            "the error names the name and why, never the value: {body}"
+        );
+    }
+    // One stored before the rule can still be deleted.
+    vault
+        .insert_legacy(
+            "srv-files",
+            "PYTHONPATH",
+            gatehouse_vault::Secret::new("/tmp/x".into()),
+        )
+        .unwrap();
+    let (s, _) = call(
+        Method::DELETE,
+        "/api/vault/srv-files/PYTHONPATH".into(),
+        None,
+    )
+    .await;
+    assert_eq!(s, StatusCode::NO_CONTENT);
     let (s, _) = call(
         Method::PUT,
         "/api/vault/srv-nope/X".into(),

@@ -41,6 +41,10 @@ pub mod event_types {
     pub const PROTECTION_PAUSED: &str = "protection_paused";
     /// A pause ended (by a person, or by itself at its deadline).
     pub const PROTECTION_RESUMED: &str = "protection_resumed";
+    /// A person stored a secret (the reason names it, never its value).
+    pub const SECRET_SET: &str = "secret_set";
+    /// A person deleted a secret (the reason names it).
+    pub const SECRET_DELETED: &str = "secret_deleted";
 }
 
 /// Event types whose reason is part of the aggregation key (see the module
@@ -49,13 +53,17 @@ pub mod event_types {
 /// long: two pauses in one second are two rows. A tool's seen and changed
 /// events name the hash that waits for approval: a second changed
 /// definition of one tool is a row of its own, so the hash a person must
-/// approve is always in the events.
+/// approve is always in the events. A secret set or deleted names the
+/// secret in its reason: each name changed is a row of its own, so the
+/// audit log shows every secret a session touched.
 pub const REASON_KEYED_TYPES: &[&str] = &[
     event_types::MCP_TOOL_SEEN,
     event_types::MCP_TOOL_CHANGED,
     event_types::POLICY_INVALID,
     event_types::PROTECTION_PAUSED,
     event_types::PROTECTION_RESUMED,
+    event_types::SECRET_SET,
+    event_types::SECRET_DELETED,
 ];
 
 fn reason_keyed(event_type: &str) -> bool {
@@ -959,6 +967,32 @@ mod tests {
             first, second,
             "who paused for how long is never folded away"
         );
+    }
+
+    #[tokio::test]
+    async fn each_secret_set_or_deleted_is_named_by_its_own_row() {
+        let store = mem().await; // 1000 ms slots
+        for (t, kind) in [
+            (10_000, event_types::SECRET_SET),
+            (20_000, event_types::SECRET_DELETED),
+        ] {
+            let ev = |dt: i64, name: &str| NewEvent {
+                server_id: Some("s".into()),
+                session: Some("ui-1".into()),
+                ..NewEvent::new(
+                    t + dt,
+                    kind,
+                    Action::Allow,
+                    Severity::Info,
+                    &format!("secret {name} x"),
+                )
+            };
+            let a = store.insert_event(&ev(0, "AAA_FIRST")).await.unwrap();
+            let b = store.insert_event(&ev(100, "ZZZ_HIDDEN")).await.unwrap();
+            assert_ne!(a, b, "{kind}: a second name within a second is not hidden");
+            let again = store.insert_event(&ev(200, "AAA_FIRST")).await.unwrap();
+            assert_eq!(again, a, "{kind}: the same name still folds");
+        }
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{validate_name, validate_server_id, Secret, Vault, VaultError};
+use crate::{validate_name, validate_new_name, validate_server_id, Secret, Vault, VaultError};
 
 /// The keyring service every Gatehouse entry lives under.
 pub const SERVICE: &str = "gatehouse";
@@ -345,7 +345,7 @@ impl Vault for KeyringVault {
 
     fn set(&self, server_id: &str, name: &str, value: Secret<String>) -> Result<(), VaultError> {
         validate_server_id(server_id)?;
-        validate_name(name)?;
+        validate_new_name(name)?;
         let (s, n) = (server_id.to_owned(), name.to_owned());
         self.run(move |store, limit| {
             write_value(store, limit, &s, &n, value.expose())?;
@@ -454,6 +454,39 @@ mod tests {
             "ghp_other",
             "servers are separate"
         );
+    }
+
+    #[test]
+    fn reserved_names_are_never_stored_but_can_be_removed() {
+        let store = Arc::new(MapStore::default());
+        let v = KeyringVault::with_store(store.clone(), None);
+        let err = v
+            .set("srv_a", "PYTHONPATH", secret("/tmp/attacker"))
+            .unwrap_err();
+        assert!(
+            matches!(err, VaultError::ReservedName { .. }),
+            "a loader/interpreter setting is not a secret: {err:?}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("PYTHONPATH") && msg.contains("Python") && !msg.contains("attacker"),
+            "the error names the name and why, never the value: {msg}"
+        );
+        assert!(store.0.lock().unwrap().is_empty(), "nothing was written");
+        // An entry stored before the rule (by an older version) can be removed.
+        store
+            .0
+            .lock()
+            .unwrap()
+            .insert("srv_a/LD_PRELOAD".into(), "/tmp/x.so".into());
+        store
+            .0
+            .lock()
+            .unwrap()
+            .insert(index_user("srv_a"), "LD_PRELOAD".into());
+        assert_eq!(v.list("srv_a").unwrap(), vec!["LD_PRELOAD"]);
+        assert!(v.delete("srv_a", "LD_PRELOAD").unwrap());
+        assert!(v.list("srv_a").unwrap().is_empty());
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! printed or serialized, the [`Vault`] trait with the OS keyring
 //! ([`KeyringVault`]) and an in-memory ([`MemoryVault`]) implementation,
 //! secret detection in client configs ([`detect`]), `{{vault:NAME}}`
-//! placeholders ([`placeholder`]), the secret egress guard ([`guard`]) and,
+//! placeholders ([`placeholder`]), the secret egress guard ([`guard`]), the
+//! names a secret may never carry into an environment ([`reserved`]) and,
 //! on Linux, finding the session bus for a minimal environment ([`session_bus`]).
 //!
 //! Secrets are keyed by the opaque server id Gatehouse assigns on protect,
@@ -17,6 +18,7 @@ pub mod guard;
 mod keyring_vault;
 mod memory;
 pub mod placeholder;
+pub mod reserved;
 mod secret;
 pub mod session_bus;
 
@@ -28,6 +30,7 @@ pub use keyring_vault::{
 };
 pub use memory::MemoryVault;
 pub use placeholder::{expand_placeholders, placeholder, placeholder_names, PlaceholderError};
+pub use reserved::reserved_env_name;
 pub use secret::Secret;
 
 /// Why a vault call failed. Messages carry names and reasons, never values.
@@ -50,6 +53,10 @@ pub enum VaultError {
         value: String,
         reason: &'static str,
     },
+    /// A secret name that a loader, interpreter or shell reads as code or
+    /// start options ([`reserved`]): never stored, never injected.
+    #[error("the secret name {name:?} is refused: {reader} reads it, so a secret with this name would decide what code the server runs; store the value under another name")]
+    ReservedName { name: String, reader: &'static str },
     /// Any other backend failure.
     #[error("keyring error: {0}")]
     Backend(String),
@@ -79,6 +86,22 @@ pub fn validate_server_id(id: &str) -> Result<(), VaultError> {
         value: id.chars().take(64).collect(),
         reason: "use 1-64 letters, digits, '_' or '-'",
     })
+}
+
+/// A name for a new secret: [`validate_name`], and not [`reserved`]. Every
+/// way a secret is stored (the CLI, the API, protect) goes through
+/// [`Vault::set`], which checks this; reading, listing and deleting check
+/// only [`validate_name`], so an entry stored before this rule can still be
+/// removed.
+pub fn validate_new_name(name: &str) -> Result<(), VaultError> {
+    validate_name(name)?;
+    match reserved_env_name(name) {
+        Some(reader) => Err(VaultError::ReservedName {
+            name: name.to_owned(),
+            reader,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Secret names: 1–128 of `[A-Za-z0-9_.-]`, not starting with '.' or '-'.

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use crate::{validate_name, validate_server_id, Secret, Vault, VaultError};
+use crate::{validate_name, validate_new_name, validate_server_id, Secret, Vault, VaultError};
 
 /// A [`Vault`] in a `Mutex<BTreeMap>`. Not for production: nothing persists.
 /// [`MemoryVault::unavailable`] simulates a machine with no reachable keyring.
@@ -25,6 +25,21 @@ impl MemoryVault {
             entries: Mutex::default(),
             unavailable: Some(reason.to_owned()),
         }
+    }
+
+    /// Stores an entry as a version without today's name rules could have
+    /// (syntax only: a [`crate::reserved`] name is accepted), to test what
+    /// readers do with one.
+    pub fn insert_legacy(
+        &self,
+        server_id: &str,
+        name: &str,
+        value: Secret<String>,
+    ) -> Result<(), VaultError> {
+        self.check(server_id, Some(name))?;
+        self.lock()
+            .insert((server_id.to_owned(), name.to_owned()), value);
+        Ok(())
     }
 
     /// Number of stored secrets, across servers.
@@ -66,6 +81,7 @@ impl Vault for MemoryVault {
 
     fn set(&self, server_id: &str, name: &str, value: Secret<String>) -> Result<(), VaultError> {
         self.check(server_id, Some(name))?;
+        validate_new_name(name)?;
         self.lock()
             .insert((server_id.to_owned(), name.to_owned()), value);
         Ok(())

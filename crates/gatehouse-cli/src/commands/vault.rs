@@ -17,7 +17,9 @@ pub enum VaultCommand {
         /// Secret name. A protected server (one `gatehouse protect` wrapped)
         /// gets every secret stored for it as an environment variable of this
         /// name; any other server only through its policy
-        /// (`env = { NAME = "vault:NAME" }`, docs/policy.md).
+        /// (`env = { NAME = "vault:NAME" }`, docs/policy.md). Names a loader,
+        /// interpreter or shell reads (`LD_*`, `PYTHON*`, `NODE_OPTIONS`,
+        /// `PATH`, …; docs/vault.md) are refused.
         name: String,
     },
     /// List secret names (never values), for one server or all protected servers.
@@ -68,6 +70,9 @@ pub fn run(cmd: VaultCommand) -> anyhow::Result<ExitCode> {
     let vault = KeyringVault::new();
     match cmd {
         VaultCommand::Set { server, name } => {
+            // Refused names (syntax, or a reserved one such as `LD_PRELOAD`)
+            // fail before the value is asked for.
+            gatehouse_vault::validate_new_name(&name)?;
             let value = if std::io::stdin().is_terminal() {
                 read_hidden(&format!("value for {name} of {server}: "))?
             } else {

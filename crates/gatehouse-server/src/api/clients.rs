@@ -152,6 +152,9 @@ impl ServerRegistry for StoreRegistry {
 }
 
 async fn change(state: AppState, who: Authed, id: String, undo: bool) -> ApiResult<Json<Value>> {
+    if state.vault.is_none() && state.client_dirs.is_some() && state.gatehouse_exe.is_some() {
+        return Err(ApiError::KeyringUnavailable(crate::keyring_probe_failure()));
+    }
     let (Some(dirs), Some(exe), Some(vault)) = (
         state.client_dirs.clone(),
         state.gatehouse_exe.clone(),

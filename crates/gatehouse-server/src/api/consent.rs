@@ -117,7 +117,7 @@ pub(crate) async fn list(
     };
     let rows = state
         .store
-        .list_consents(filter, q.limit.unwrap_or(200).clamp(1, 1000))
+        .list_consents(filter, super::events::page_limit(q.limit, 200, 1000)?)
         .await
         .map_err(store_err)?;
     let servers = servers_by_id(&state).await?;
@@ -145,25 +145,25 @@ pub(crate) struct Answer {
     content: Option<Map<String, Value>>,
 }
 
-/// Checks the answer against the requested schema: only known fields,
-/// primitive values, required ones present.
+/// Checks the answer against the requested schema (MCP elicitation's flat
+/// object of primitives): only requested fields, required ones present, and
+/// each value of its field's declared type — `string` (within `enum` or
+/// `oneOf` constants, `minLength`/`maxLength`), `number`, `integer`
+/// (`minimum`/`maximum`), `boolean`. A field with no or an unknown type
+/// takes any primitive. Errors name the field, never the value.
 fn check_content(schema: &Value, content: &Map<String, Value>) -> ApiResult<()> {
+    let empty = Map::new();
     let props = schema
         .get("properties")
         .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+        .unwrap_or(&empty);
     for (k, v) in content {
-        if !props.contains_key(k) {
+        let Some(field) = props.get(k) else {
             return Err(ApiError::BadRequest(format!(
                 "field {k:?} was not requested"
             )));
-        }
-        if !(v.is_string() || v.is_number() || v.is_boolean()) {
-            return Err(ApiError::BadRequest(format!(
-                "field {k:?} must be a string, number or boolean"
-            )));
-        }
+        };
+        check_field(field, v).map_err(|why| ApiError::BadRequest(format!("field {k:?} {why}")))?;
     }
     for req in schema
         .get("required")
@@ -178,6 +178,65 @@ fn check_content(schema: &Value, content: &Map<String, Value>) -> ApiResult<()> 
         }
     }
     Ok(())
+}
+
+/// Why `value` does not fit the field's schema (a phrase after the field
+/// name; never the value).
+fn check_field(field: &Value, value: &Value) -> Result<(), String> {
+    if !(value.is_string() || value.is_number() || value.is_boolean()) {
+        return Err("must be a string, number or boolean".into());
+    }
+    let bound = |key: &str| field.get(key).and_then(Value::as_f64);
+    match field.get("type").and_then(Value::as_str) {
+        Some("string") => {
+            let Some(text) = value.as_str() else {
+                return Err("must be a string".into());
+            };
+            let allowed: Vec<&Value> = match (field.get("enum"), field.get("oneOf")) {
+                (Some(Value::Array(values)), _) => values.iter().collect(),
+                (_, Some(Value::Array(options))) => {
+                    options.iter().filter_map(|o| o.get("const")).collect()
+                }
+                _ => Vec::new(),
+            };
+            if !allowed.is_empty() && !allowed.iter().any(|a| a.as_str() == Some(text)) {
+                return Err("must be one of the offered choices".into());
+            }
+            let chars = text.chars().count() as f64;
+            if bound("minLength").is_some_and(|min| chars < min) {
+                return Err("is shorter than its minimum length".into());
+            }
+            if bound("maxLength").is_some_and(|max| chars > max) {
+                return Err("is longer than its maximum length".into());
+            }
+            Ok(())
+        }
+        Some(kind @ ("number" | "integer")) => {
+            let Some(n) = value.as_f64() else {
+                return Err(format!(
+                    "must be {}",
+                    if kind == "integer" {
+                        "an integer"
+                    } else {
+                        "a number"
+                    }
+                ));
+            };
+            let integral = value.is_i64() || value.is_u64() || (n.is_finite() && n.fract() == 0.0);
+            if kind == "integer" && !integral {
+                return Err("must be an integer".into());
+            }
+            if bound("minimum").is_some_and(|min| n < min) {
+                return Err("is below its minimum".into());
+            }
+            if bound("maximum").is_some_and(|max| n > max) {
+                return Err("is above its maximum".into());
+            }
+            Ok(())
+        }
+        Some("boolean") if !value.is_boolean() => Err("must be true or false".into()),
+        _ => Ok(()),
+    }
 }
 
 fn sealed_or_plain(c: &ConsentRequest, answer: &Value) -> ApiResult<Vec<u8>> {
@@ -458,5 +517,44 @@ mod tests {
             check_content(&schema, &nested).is_err(),
             "values are primitives"
         );
+    }
+
+    #[test]
+    fn values_match_their_declared_types() {
+        let schema = json!({ "properties": {
+            "city": {"type": "string", "maxLength": 5},
+            "size": {"type": "string", "enum": ["s", "m"]},
+            "pick": {"type": "string", "oneOf": [{"const": "a", "title": "A"}]},
+            "n": {"type": "integer", "minimum": 1, "maximum": 10},
+            "x": {"type": "number"},
+            "ok": {"type": "boolean"},
+            "any": {"description": "no type"},
+        } });
+        let check = |answer: Value, expect: Result<(), &str>| {
+            let content: Map<String, Value> = serde_json::from_value(answer.clone()).unwrap();
+            let got = check_content(&schema, &content).map_err(|e| e.to_string());
+            match expect {
+                Ok(()) => assert!(got.is_ok(), "{answer} fits the schema: {got:?}"),
+                Err(field) => {
+                    let msg = got.expect_err(&format!("{answer} does not fit the schema"));
+                    assert!(msg.contains(field), "the error names {field}: {msg}");
+                    assert!(!msg.contains("SECRETVAL"), "never the value: {msg}");
+                }
+            }
+        };
+        check(
+            json!({"city": "Oslo", "size": "m", "pick": "a", "n": 3, "x": 1.5, "ok": true, "any": 1}),
+            Ok(()),
+        );
+        check(json!({"n": 3.0}), Ok(()));
+        check(json!({"n": "SECRETVAL"}), Err("\"n\""));
+        check(json!({"n": 1.5}), Err("\"n\""));
+        check(json!({"n": 11}), Err("\"n\""));
+        check(json!({"x": "SECRETVAL"}), Err("\"x\""));
+        check(json!({"ok": "SECRETVAL"}), Err("\"ok\""));
+        check(json!({"city": 5}), Err("\"city\""));
+        check(json!({"city": "SECRETVAL"}), Err("\"city\""));
+        check(json!({"size": "SECRETVAL"}), Err("\"size\""));
+        check(json!({"pick": "SECRETVAL"}), Err("\"pick\""));
     }
 }

@@ -105,9 +105,25 @@ impl Row {
 
 const SEVERITIES: [&str; 5] = ["info", "low", "medium", "high", "critical"];
 
-/// Events matching `q`, newest first, at most `limit` (≤ 500).
+/// The page size asked for: `default` when absent, else within
+/// `1..=max` — a value outside is refused (400 naming the range), never
+/// silently changed.
+pub(crate) fn page_limit(limit: Option<u32>, default: u32, max: u32) -> ApiResult<u32> {
+    match limit {
+        None => Ok(default),
+        Some(n) if (1..=max).contains(&n) => Ok(n),
+        Some(_) => Err(ApiError::BadRequest(format!(
+            "limit must be between 1 and {max}"
+        ))),
+    }
+}
+
+/// Most events one page returns.
+pub(crate) const MAX_EVENTS_LIMIT: u32 = 500;
+
+/// Events matching `q`, newest first, at most `limit` (1–500, default 100).
 pub(crate) async fn query(state: &AppState, q: &EventQuery) -> ApiResult<Vec<Event>> {
-    let limit = q.limit.unwrap_or(100).clamp(1, 500);
+    let limit = page_limit(q.limit, 100, MAX_EVENTS_LIMIT)?;
     let min_sev = match q.severity.as_deref() {
         None | Some("") => None,
         Some(s) => Some(
@@ -178,7 +194,7 @@ pub(crate) async fn list(
     _who: Authed,
     Query(q): Query<EventQuery>,
 ) -> ApiResult<Json<Value>> {
-    let limit = q.limit.unwrap_or(100).clamp(1, 500) as usize;
+    let limit = page_limit(q.limit, 100, MAX_EVENTS_LIMIT)? as usize;
     let events = query(&state, &q).await?;
     let names = server_names(&state).await?;
     let next = (events.len() == limit)

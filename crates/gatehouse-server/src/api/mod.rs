@@ -42,10 +42,10 @@ pub mod event_types {
     pub const CONSENT_DECLINED: &str = "consent_declined";
     /// The policy was saved from the dashboard.
     pub const POLICY_SAVED: &str = "policy_saved";
-    /// A secret was stored (name only).
-    pub const SECRET_SET: &str = "secret_set";
-    /// A secret was deleted (name only).
-    pub const SECRET_DELETED: &str = "secret_deleted";
+    /// A secret was stored (name only; one row per name).
+    pub const SECRET_SET: &str = gatehouse_store::event_types::SECRET_SET;
+    /// A secret was deleted (name only; one row per name).
+    pub const SECRET_DELETED: &str = gatehouse_store::event_types::SECRET_DELETED;
     /// A client's configs were protected from the dashboard.
     pub const CLIENT_PROTECTED: &str = "client_protected";
     /// A client's configs were restored from the dashboard.

@@ -21,32 +21,19 @@ fn path(state: &AppState) -> std::path::PathBuf {
     state.home.join(gatehouse_config::POLICY_FILE)
 }
 
-/// Validation result as JSON.
-pub fn validate(text: &str) -> Value {
-    validation_json(gatehouse_config::check_text(
-        gatehouse_config::POLICY_FILE,
-        text,
-    ))
-}
-
-/// Validation of a file's bytes: one that is not UTF-8 is invalid, with a
-/// diagnostic at its first bad byte.
-fn validate_bytes(bytes: &[u8]) -> Value {
-    validation_json(gatehouse_config::check_bytes(
-        gatehouse_config::POLICY_FILE,
-        bytes,
-    ))
-}
-
-fn validation_json(
-    checked: Result<gatehouse_config::LoadedPolicy, gatehouse_config::PolicyError>,
-) -> Value {
-    match checked {
+/// Validation of an edit of `policy.toml` (its bytes), exactly as every wrap
+/// and `gatehouse policy check` will load it: the `base` it names
+/// (relative to the home) and `$GATEHOUSE_POLICY_BASE` are followed, so a
+/// missing, unreadable or invalid base makes the edit invalid. A file that
+/// is not UTF-8 is invalid, with a diagnostic at its first bad byte.
+/// Diagnostics name files, positions and keys, never a file's contents.
+fn validate(state: &AppState, bytes: &[u8]) -> Value {
+    match gatehouse_config::check_as(&path(state), bytes) {
         Ok(loaded) => {
             json!({ "valid": true, "diagnostics": [], "warnings": loaded.warnings.iter().map(diag).collect::<Vec<_>>() })
         }
         Err(e) => {
-            json!({ "valid": false, "diagnostics": e.diagnostics().iter().map(diag).collect::<Vec<_>>(), "warnings": [] })
+            json!({ "valid": false, "diagnostics": e.to_diagnostics().iter().map(diag).collect::<Vec<_>>(), "warnings": [] })
         }
     }
 }
@@ -76,7 +63,7 @@ fn read(state: &AppState) -> ApiResult<(Vec<u8>, bool)> {
 /// characters and reported invalid, never a server error.
 pub(crate) async fn get(State(state): State<AppState>, _who: Authed) -> ApiResult<Json<Value>> {
     let (bytes, exists) = read(&state)?;
-    let mut v = validate_bytes(&bytes);
+    let mut v = validate(&state, &bytes);
     let text = String::from_utf8_lossy(&bytes);
     v["text"] = json!(text);
     v["exists"] = json!(exists);
@@ -93,8 +80,12 @@ pub(crate) struct TextBody {
 }
 
 /// `POST /api/policy/validate {text}`
-pub(crate) async fn check(_who: Authed, Json(b): Json<TextBody>) -> Json<Value> {
-    Json(validate(&b.text))
+pub(crate) async fn check(
+    State(state): State<AppState>,
+    _who: Authed,
+    Json(b): Json<TextBody>,
+) -> Json<Value> {
+    Json(validate(&state, b.text.as_bytes()))
 }
 
 /// `PUT /api/policy {text, base_sha256?}` — validates, then writes a 0600
@@ -104,7 +95,7 @@ pub(crate) async fn save(
     who: Authed,
     Json(b): Json<TextBody>,
 ) -> ApiResult<Json<Value>> {
-    let v = validate(&b.text);
+    let v = validate(&state, b.text.as_bytes());
     if v["valid"] != true {
         return Ok(Json(
             json!({ "saved": false, "valid": false, "diagnostics": v["diagnostics"] }),
@@ -199,7 +190,7 @@ pub(crate) async fn generate(
     let text = locked_policy(&state.store, &state.mac_key, None)
         .await
         .map_err(store_err)?;
-    let mut v = validate(&text);
+    let mut v = validate(&state, text.as_bytes());
     v["text"] = json!(text);
     Ok(Json(v))
 }

@@ -20,18 +20,23 @@ fn vault(state: &AppState) -> ApiResult<Arc<dyn Vault>> {
     state
         .vault
         .clone()
-        .ok_or(ApiError::Unavailable("the OS keyring"))
+        .ok_or_else(|| ApiError::KeyringUnavailable(crate::keyring_probe_failure()))
 }
 
-fn vault_err(e: VaultError) -> ApiError {
+/// Vault failures as API errors. `VaultError` messages carry names and
+/// reasons, never values.
+pub(crate) fn vault_err(e: VaultError) -> ApiError {
     match e {
         VaultError::InvalidName { what, reason, .. } => {
             ApiError::BadRequest(format!("invalid {what}: {reason}"))
         }
+        e @ VaultError::ReservedName { .. } => ApiError::BadRequest(e.to_string()),
         VaultError::TooLarge { max, .. } => {
             ApiError::BadRequest(format!("value too large (at most {max} bytes)"))
         }
-        // VaultError messages carry names and reasons, never values.
+        e @ (VaultError::Timeout(_) | VaultError::Unavailable(_)) => {
+            ApiError::KeyringUnavailable(e.to_string())
+        }
         other => ApiError::internal(format!("vault: {other}")),
     }
 }
@@ -49,7 +54,11 @@ async fn blocking<T: Send + 'static>(
 pub(crate) async fn list(State(state): State<AppState>, _who: Authed) -> ApiResult<Json<Value>> {
     let servers = state.store.list_servers().await.map_err(store_err)?;
     let Some(v) = state.vault.clone() else {
-        return Ok(Json(json!({ "available": false, "items": [] })));
+        return Ok(Json(json!({
+            "available": false,
+            "reason": format!("the OS keyring is unavailable: {}", crate::keyring_probe_failure()),
+            "items": [],
+        })));
     };
     let ids: Vec<(String, String)> = servers
         .iter()
