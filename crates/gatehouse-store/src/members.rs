@@ -9,7 +9,7 @@
 //! one transaction ([`Store::sync_session_calls`]). The joiner checks its
 //! first call only once [`Store::unsynced_members`] is empty.
 
-use crate::calls::CallId;
+use crate::calls::{load_entries, CallId, WindowEntry};
 use crate::db::Store;
 use crate::error::Result;
 use crate::rate_buckets::{self, BucketState};
@@ -123,29 +123,7 @@ impl Store {
     ) -> Result<Vec<CallId>> {
         let _gate = self.write_gate().await;
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
-        let mut ids = Vec::with_capacity(calls.len());
-        for call in calls {
-            let id: i64 = sqlx::query_scalar(
-                "INSERT INTO call_window (session, server_id, tool, category, time_ms, outcome, result) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-            )
-            .bind(session)
-            .bind(server_id)
-            .bind(&call.tool)
-            .bind(&call.category)
-            .bind(call.time_ms)
-            .bind(&call.outcome)
-            .bind(&call.result)
-            .fetch_one(&mut *tx)
-            .await?;
-            ids.push(CallId {
-                id,
-                time_ms: call.time_ms,
-            });
-        }
-        if let Some(bucket) = bucket {
-            rate_buckets::store(&mut tx, session, server_id, bucket).await?;
-        }
+        let ids = write_calls(&mut tx, session, server_id, calls, bucket).await?;
         sqlx::query("UPDATE session_members SET synced_id = MAX(synced_id, ?) WHERE id = ?")
             .bind(synced_id)
             .bind(member)
@@ -154,6 +132,82 @@ impl Store {
         tx.commit().await?;
         Ok(ids)
     }
+
+    /// A member alone in its session leaves: its in-memory calls and its
+    /// limiter state (cool-down) are written to the session's window and its
+    /// row removed, in one transaction, so a wrap of the session started
+    /// later — the same server restarted, or another — judges against them
+    /// (bursts, rate limits and reads outlive the process within their
+    /// window).
+    pub async fn leave_session(
+        &self,
+        session: &str,
+        member: i64,
+        server_id: &str,
+        calls: &[LocalCall],
+        bucket: Option<&BucketState>,
+    ) -> Result<()> {
+        let _gate = self.write_gate().await;
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        write_calls(&mut tx, session, server_id, calls, bucket).await?;
+        sqlx::query("DELETE FROM session_members WHERE id = ?")
+            .bind(member)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// What a wrap that is (again) alone in its session judges against:
+    /// the session's calls since `since_ms` (oldest first, with their
+    /// results' taint marks) and `server_id`'s stored limiter state. One
+    /// read transaction.
+    pub async fn session_state(
+        &self,
+        session: &str,
+        server_id: &str,
+        since_ms: i64,
+    ) -> Result<(Vec<WindowEntry>, Option<BucketState>)> {
+        let mut tx = self.pool().begin().await?;
+        let entries = load_entries(&mut tx, session, since_ms).await?;
+        let bucket = rate_buckets::load(&mut tx, session, server_id).await?;
+        tx.commit().await?;
+        Ok((entries, bucket))
+    }
+}
+
+/// Inserts a member's in-memory calls and its bucket.
+async fn write_calls(
+    conn: &mut sqlx::SqliteConnection,
+    session: &str,
+    server_id: &str,
+    calls: &[LocalCall],
+    bucket: Option<&BucketState>,
+) -> Result<Vec<CallId>> {
+    let mut ids = Vec::with_capacity(calls.len());
+    for call in calls {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO call_window (session, server_id, tool, category, time_ms, outcome, result) \
+             VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(session)
+        .bind(server_id)
+        .bind(&call.tool)
+        .bind(&call.category)
+        .bind(call.time_ms)
+        .bind(&call.outcome)
+        .bind(&call.result)
+        .fetch_one(&mut *conn)
+        .await?;
+        ids.push(CallId {
+            id,
+            time_ms: call.time_ms,
+        });
+    }
+    if let Some(bucket) = bucket {
+        rate_buckets::store(conn, session, server_id, bucket).await?;
+    }
+    Ok(ids)
 }
 
 #[cfg(test)]

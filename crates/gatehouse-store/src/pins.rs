@@ -503,8 +503,8 @@ impl Store {
         let Some(version) = seen_version(&mut tx, server_id, name, hash).await? else {
             return Err(unknown_hash_or_tool(&mut tx, server_id, name).await?);
         };
+        let previous = read_pin(key, &mut tx, server_id, name).await?;
         if only_waiting {
-            let previous = read_pin(key, &mut tx, server_id, name).await?;
             // The waiting hash as the row says (what the person was shown),
             // even when its MAC fails; a row that fails its MAC and says
             // nothing waits is not a licence to approve any seen version.
@@ -522,6 +522,14 @@ impl Store {
                 });
             }
         }
+        // The pin of the name keeps its age across definitions: it says
+        // since when this server exposes the name (the shadowing rule's
+        // seniority), not when its current definition was approved. A row
+        // whose MAC fails says nothing.
+        let pinned_at_ms = previous
+            .as_ref()
+            .filter(|pin| pin.mac_valid)
+            .map_or(now_ms, |pin| pin.pinned_at_ms.min(now_ms));
         PinFields {
             server_id,
             name,
@@ -530,7 +538,7 @@ impl Store {
             hash_version: version,
             pending_hash: None,
             findings: None,
-            pinned_at_ms: now_ms,
+            pinned_at_ms,
             updated_ms: now_ms,
         }
         .upsert(key, &mut tx)
@@ -641,6 +649,73 @@ mod tests {
         }
     }
 
+    /// Shadowing seniority follows the name's pin, not the definition's:
+    /// the legitimate server whose tool changed (re-pinned by `on_change =
+    /// "allow"`, or a person's approval) stays older than a shadow that
+    /// exposed the name in between.
+    #[tokio::test]
+    async fn approving_a_changed_definition_keeps_the_names_seniority() {
+        let store = mem().await;
+        let key = key();
+        let seen_by = |server: &str, hash: &str| SeenTool {
+            server_id: server.into(),
+            ..seen("search_docs", hash)
+        };
+        let cases: &[(&str, bool, &str)] = &[
+            ("wrap's re-pin (on_change = allow)", false, "a1"),
+            ("a person's approval of the waiting definition", true, "a2"),
+        ];
+        store
+            .record_seen_tools(&key, &[seen_by("A", "a0")], 1_000)
+            .await
+            .unwrap();
+        assert!(store
+            .pin_first_sight(&key, "A", "search_docs", "a0", 1_000)
+            .await
+            .unwrap());
+        store
+            .record_seen_tools(&key, &[seen_by("B", "b0")], 100_000)
+            .await
+            .unwrap();
+        assert!(store
+            .pin_first_sight(&key, "B", "search_docs", "b0", 100_000)
+            .await
+            .unwrap());
+        for (i, (why, person, hash)) in cases.iter().enumerate() {
+            let at = 200_000 + i as i64 * 100_000;
+            store
+                .record_seen_tools(&key, &[seen_by("A", hash)], at)
+                .await
+                .unwrap();
+            let pin = if *person {
+                store
+                    .hold_tool(&key, "A", "search_docs", hash, HoldState::Held, None, at)
+                    .await
+                    .unwrap();
+                store
+                    .approve_waiting_tool(&key, "A", "search_docs", hash, at + 5)
+                    .await
+                    .unwrap()
+            } else {
+                store
+                    .approve_tool(&key, "A", "search_docs", hash, at)
+                    .await
+                    .unwrap()
+            };
+            assert!(
+                pin.is_trusted(hash),
+                "{why}: the new definition is approved"
+            );
+            assert_eq!(pin.pinned_at_ms, 1_000, "{why}: A exposed the name first");
+        }
+        let b = store
+            .get_pin(&key, "B", "search_docs")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(b.pinned_at_ms, 100_000, "B's pin is untouched");
+    }
+
     #[tokio::test]
     async fn first_sight_then_change_then_approve() {
         let store = mem().await;
@@ -714,7 +789,11 @@ mod tests {
             .await
             .unwrap();
         assert!(approved.is_trusted("h2"));
-        assert_eq!((approved.pending_hash, approved.pinned_at_ms), (None, 31));
+        assert_eq!(
+            (approved.pending_hash, approved.pinned_at_ms),
+            (None, 11),
+            "approving a new definition keeps the age of the name's pin (shadowing seniority)"
+        );
 
         let versions: Vec<_> = store
             .tool_versions("srv", "read")

@@ -108,6 +108,23 @@ pub(crate) async fn store(
     Ok(())
 }
 
+/// The bucket of (`session`, `server_id`), if one is stored.
+pub(crate) async fn load(
+    conn: &mut SqliteConnection,
+    session: &str,
+    server_id: &str,
+) -> Result<Option<BucketState>> {
+    let row: Option<BucketRow> = sqlx::query_as(
+        "SELECT server_id, tokens, updated_ms, cooldown_until_ms FROM rate_buckets \
+         WHERE session = ? AND server_id = ?",
+    )
+    .bind(session)
+    .bind(server_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.map(|r| parse(r).map(|(_, state)| state)).transpose()
+}
+
 /// [`store`] as one statement of the call check's decision batch, in that
 /// batch's numbering (?8–?10).
 pub(crate) const STORE_SQL: &str = concat!(store_bucket_sql!(8, 9, 10), "; ");

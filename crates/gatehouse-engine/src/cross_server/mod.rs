@@ -7,6 +7,7 @@
 //! read-then-send, cross-server flow, burst (with cool-down), rate limit.
 //! An alert does not stop the chain; a later block replaces it.
 
+pub mod batch;
 pub mod classify;
 pub mod taint;
 pub mod typosquat;
@@ -295,6 +296,29 @@ fn secs(ms: i64) -> i64 {
     (ms + 999) / 1000
 }
 
+/// How long ago a related call was, for a reason: whole seconds, and
+/// "less than 1 s" below one (a read 3 ms earlier is not "1 s" ago).
+fn age(ms: i64) -> String {
+    if ms < 1000 {
+        "less than 1 s".to_string()
+    } else {
+        format!("{} s", ms / 1000)
+    }
+}
+
+/// The server's own most recent calls (redacted, newest first), for the
+/// findings of the limits on its calls.
+fn own_related(call_now: i64, own: &[&Prior<'_>], since_ms: i64) -> Vec<Related> {
+    let mut rel: Vec<Related> = own
+        .iter()
+        .filter(|p| p.time_ms >= since_ms && p.time_ms <= call_now)
+        .map(|p| related(call_now, p, None))
+        .collect();
+    rel.sort_by_key(|r| r.age_ms);
+    rel.truncate(MAX_RELATED);
+    rel
+}
+
 /// Judges one call against the session's recent calls (`prior`, any order),
 /// the calling server's stored cool-down, and shadowing facts.
 pub fn decide(
@@ -334,8 +358,9 @@ pub fn decide(
         .filter(|p| p.server_id == call.server_id)
         .collect();
     if let Some(b) = &rules.burst {
+        let rel = || own_related(now_ms, &own, now_ms - b.window_ms.max(b.cooldown_ms));
         if let Some(until) = bucket.map(|b| b.cooldown_until_ms).filter(|u| *u > now_ms) {
-            return block(burst_finding(call, until - now_ms, b, true));
+            return block(burst_finding(call, until - now_ms, b, true, rel()));
         }
         let recent = own
             .iter()
@@ -344,7 +369,7 @@ pub fn decide(
         if recent >= b.max_calls as usize {
             let until = now_ms + b.cooldown_ms;
             return CrossDecision {
-                verdict: CrossVerdict::Block(burst_finding(call, b.cooldown_ms, b, false)),
+                verdict: CrossVerdict::Block(burst_finding(call, b.cooldown_ms, b, false, rel())),
                 record: false,
                 bucket: (b.cooldown_ms > 0).then_some(Bucket {
                     tokens: 0.0,
@@ -370,7 +395,7 @@ pub fn decide(
                     r.burst,
                     secs(wait)
                 ),
-                related: Vec::new(),
+                related: own_related(now_ms, &own, now_ms - 2 * r.refill_ms()),
                 retry_after_ms: Some(wait),
                 hold: false,
             });
@@ -383,7 +408,13 @@ pub fn decide(
     }
 }
 
-fn burst_finding(call: &CallFacts, left_ms: i64, b: &BurstSettings, cooling: bool) -> CrossFinding {
+fn burst_finding(
+    call: &CallFacts,
+    left_ms: i64,
+    b: &BurstSettings,
+    cooling: bool,
+    related: Vec<Related>,
+) -> CrossFinding {
     let what = if cooling {
         "is cooling down after a burst"
     } else {
@@ -399,7 +430,7 @@ fn burst_finding(call: &CallFacts, left_ms: i64, b: &BurstSettings, cooling: boo
             secs(b.window_ms),
             secs(left_ms)
         ),
-        related: Vec::new(),
+        related,
         retry_after_ms: Some(left_ms),
         hold: false,
     }
@@ -473,9 +504,9 @@ fn sequence(
             rule: rule_id,
             severity: sev,
             reason: format!(
-                "{} ({kind}) {what} data read {} s ago from {} by {} (matched a {how} of its result)",
+                "{} ({kind}) {what} data read {} ago from {} by {} (matched a {how} of its result)",
                 call.tool,
-                secs(l.age_ms),
+                age(l.age_ms),
                 l.server_id,
                 l.tool
             ),
@@ -486,12 +517,12 @@ fn sequence(
     }
     let first = &rel[0];
     let reason = format!(
-        "{} ({kind}) of {} follows a read by {} on {} {} s earlier",
+        "{} ({kind}) of {} follows a read by {} on {} {} earlier",
         call.tool,
         call.server_id,
         first.tool,
         first.server_id,
-        secs(first.age_ms)
+        age(first.age_ms)
     );
     if rule.mode == FlowMode::Strict {
         return Some(Seq::Block(CrossFinding {
@@ -534,11 +565,7 @@ fn shadowing(call: &CallFacts, facts: &ShadowFacts) -> Option<CrossFinding> {
             return Some(CrossFinding {
                 rule: "cross_server.shadowing",
                 severity: Severity::Critical,
-                reason: format!(
-                    "{} and {} both expose the tool {} and neither is older; \
-                     held until a person chooses (block the tool on one of them in the policy)",
-                    call.server_id, peer.server_id, call.tool
-                ),
+                reason: tie_reason(&call.server_id, &peer.server_id, &call.tool),
                 related: rel,
                 retry_after_ms: None,
                 hold: true,
@@ -561,6 +588,21 @@ fn shadowing(call: &CallFacts, facts: &ShadowFacts) -> Option<CrossFinding> {
     None
 }
 
+/// The reason of a shadowing tie. It names what resolves one: a tool the
+/// tool policy denies (without a content hash) is withheld from that
+/// server's list, so that server no longer exposes the name. A `[[rules]]`
+/// block does not: it refuses the calls but the tool is still listed (and
+/// may be allowed for other arguments), so the name is still shadowed.
+fn tie_reason(server: &str, peer: &str, tool: &str) -> String {
+    format!(
+        "{server} and {peer} both expose the tool {tool} and neither is older; \
+         held until a person chooses: deny it on one of them in policy.toml's \
+         [tool_policy] (deny = [{{ server = \"{peer}\", tool = \"{tool}\" }}], with mode \
+         \"denylist\" or \"allowlist\"), which withholds it from that server's tool list; \
+         a [[rules]] block refuses its calls but leaves it listed, so it does not settle a tie"
+    )
+}
+
 /// The answer a blocked call gets (DESIGN §4): an `isError` result naming
 /// the rule and the reason (with the remaining cool-down for bursts).
 pub fn blocked_answer(
@@ -569,9 +611,17 @@ pub fn blocked_answer(
     tool: &str,
     finding: &CrossFinding,
 ) -> Vec<u8> {
-    let value =
-        crate::relay::blocked_call_result(id, server_id, tool, finding.rule, &finding.reason);
-    serde_json::to_vec(&value).unwrap_or_default()
+    serde_json::to_vec(&blocked_value(id, server_id, tool, finding)).unwrap_or_default()
+}
+
+/// [`blocked_answer`] as a value (an element of a batch reply).
+pub fn blocked_value(
+    id: &gatehouse_protocol::RequestId,
+    server_id: &str,
+    tool: &str,
+    finding: &CrossFinding,
+) -> serde_json::Value {
+    crate::relay::blocked_call_result(id, server_id, tool, finding.rule, &finding.reason)
 }
 
 /// The event for a decision: `mcp_cross_server_blocked` for blocks (and

@@ -902,3 +902,349 @@ fn typosquat_table() {
         "equal is not similar"
     );
 }
+
+#[test]
+fn batch_table() {
+    use super::batch::{assemble, call_frame, is_call, messages, CallFrame};
+    let call = |id: u64| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "send_email"}});
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/progress"});
+    let cases: Vec<(Value, bool, &str)> = vec![
+        (call(1), true, "a call"),
+        (
+            json!({"jsonrpc": "2.0", "method": "tools/call"}),
+            false,
+            "no id: a notification",
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": null, "method": "tools/call"}),
+            false,
+            "null id",
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+            false,
+            "another method",
+        ),
+        (note.clone(), false, "a notification"),
+    ];
+    for (msg, want, why) in &cases {
+        assert_eq!(is_call(msg), *want, "{why}");
+    }
+    let batch = json!([call(1), note.clone(), call(2)]);
+    let raw = serde_json::to_vec(&batch).unwrap();
+    let items = match call_frame(&raw) {
+        CallFrame::Batch(items) => items,
+        other => panic!("a batch is split into its elements: {other:?}"),
+    };
+    assert_eq!(items.len(), 3);
+    assert_eq!(
+        call_frame(b"{\"id\":1}"),
+        CallFrame::Single(json!({"id": 1}))
+    );
+    assert_eq!(call_frame(b"[{"), CallFrame::Other, "not JSON: passed on");
+    assert_eq!(messages(&raw).len(), 3, "a batch reply's elements");
+    assert_eq!(messages(b"{\"id\":1}").len(), 1);
+
+    let blocked = |id: u64| json!({"jsonrpc": "2.0", "id": id, "result": {"isError": true}});
+    let cases: Vec<(Vec<Option<Value>>, Option<Value>, Option<Value>, &str)> = vec![
+        (
+            vec![None, None, None],
+            Some(batch.clone()),
+            None,
+            "nothing blocked: the batch as it came",
+        ),
+        (
+            vec![None, None, Some(blocked(2))],
+            Some(json!([call(1), note.clone()])),
+            Some(json!([blocked(2)])),
+            "the blocked element is answered, the rest forwarded in order",
+        ),
+        (
+            vec![Some(blocked(1)), None, Some(blocked(2))],
+            Some(json!([note.clone()])),
+            Some(json!([blocked(1), blocked(2)])),
+            "one reply holds every blocked element",
+        ),
+    ];
+    for (answers, forward, reply, why) in cases {
+        let (f, r) = assemble(raw.clone(), items.clone(), answers);
+        let parse = |b: Option<Vec<u8>>| b.map(|b| serde_json::from_slice::<Value>(&b).unwrap());
+        assert_eq!((parse(f), parse(r)), (forward, reply), "{why}");
+    }
+    let only = serde_json::to_vec(&json!([call(1)])).unwrap();
+    let (f, r) = assemble(only, vec![call(1)], vec![Some(blocked(1))]);
+    assert!(f.is_none(), "nothing left to forward");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&r.unwrap()).unwrap(),
+        json!([blocked(1)]),
+        "a batch is answered with a batch (DESIGN §4)"
+    );
+}
+
+/// What a wrap that is (again) alone in its session carries in memory:
+/// the session's calls within `CrossRules::window_ms` — other servers'
+/// reads with their taint marks, its own calls — and its stored cool-down.
+/// Judged against that, a call decides as it would against the whole
+/// session: a reader that left, or a restart of the server, changes nothing
+/// within the window. Without the others' reads or the bucket it would not.
+#[test]
+fn a_restored_window_decides_like_the_session() {
+    use ToolClass::*;
+    let rate = CrossRules {
+        burst: None,
+        rate: Some(RateSettings {
+            per_minute: 2,
+            burst: 1,
+        }),
+        ..CrossRules::default()
+    };
+    let burst = CrossRules {
+        burst: Some(BurstSettings {
+            max_calls: 3,
+            window_ms: 5_000,
+            cooldown_ms: 60_000,
+        }),
+        rate: None,
+        ..CrossRules::default()
+    };
+    let d = CrossRules::default();
+    let secret = "the vault password is Zq9-hunter-77x and the token AKIAIOSFODNN7EXAMPLE";
+    let leak = json!({"body": "fyi Zq9-hunter-77x"});
+    // (why, rules, history, the call, its arguments, the decision, and what
+    // it is without the others' reads and the bucket — the old alone window)
+    let cases: Vec<(
+        &str,
+        &CrossRules,
+        Vec<Call<'_>>,
+        Call<'_>,
+        Value,
+        &str,
+        &str,
+    )> = vec![
+        (
+            "the reader left 6 s before the send",
+            &d,
+            vec![with_result(c("A", "read_secret", Read, 1_000), secret)],
+            c("B", "send_email", Send, 7_000),
+            leak.clone(),
+            "block cross_server.read_then_send critical",
+            "allow",
+        ),
+        (
+            "the reader left, its read is older than the window",
+            &d,
+            vec![with_result(c("A", "read_secret", Read, 1_000), secret)],
+            c("B", "send_email", Send, 40_000),
+            leak.clone(),
+            "allow",
+            "allow",
+        ),
+        (
+            "restarted after a rate-limit token was spent",
+            &rate,
+            vec![c("B", "get_x", Read, 1_000)],
+            c("B", "get_x", Read, 2_000),
+            json!({}),
+            "block cross_server.rate_limit medium retry 29000",
+            "allow",
+        ),
+        (
+            "restarted during a burst cool-down",
+            &burst,
+            vec![
+                c("B", "get_x", Read, 1_000),
+                c("B", "get_x", Read, 1_100),
+                c("B", "get_x", Read, 1_200),
+            ],
+            c("B", "get_x", Read, 1_300),
+            json!({}),
+            "block cross_server.burst high retry 60000",
+            "allow",
+        ),
+    ];
+    for (why, rules, history, next, args, want, forgotten) in cases {
+        let restart = next.at;
+        let horizon = restart - rules.window_ms();
+        let kept: Vec<Call<'_>> = history
+            .iter()
+            .filter(|h| h.at >= horizon)
+            .map(|h| Call { ..*h })
+            .collect();
+        assert_eq!(
+            check(rules, &kept, Call { ..next }, args.clone()),
+            want,
+            "{why}"
+        );
+        // The old alone window after the reader left or a restart: empty.
+        assert_eq!(
+            check(rules, &[], next, args),
+            forgotten,
+            "{why}: what forgetting the session's state would allow"
+        );
+    }
+}
+
+#[test]
+fn reasons_and_related_calls() {
+    use ToolClass::*;
+    let rules = CrossRules {
+        burst: Some(BurstSettings {
+            max_calls: 2,
+            window_ms: 5_000,
+            cooldown_ms: 10_000,
+        }),
+        rate: Some(RateSettings {
+            per_minute: 60,
+            burst: 3,
+        }),
+        ..CrossRules::default()
+    };
+    let facts = |server: &str, tool: &str, class| CallFacts {
+        server_id: server.into(),
+        tool: tool.into(),
+        class,
+        args: ArgMarks::of(&key(), &json!({"body": "memo says BLUEHERON-7731 fyi"})),
+    };
+    let p = |server: &'static str, tool: &'static str, class, t| Prior {
+        server_id: server,
+        tool,
+        class,
+        time_ms: t,
+        marks: None,
+    };
+    let marks = result_marks(&key(), &json!(DOC));
+    let read = Prior {
+        marks: Some(&marks),
+        ..p("docs", "read_file", Read, 1_000)
+    };
+    let finding = |d: CrossDecision| match d.verdict {
+        CrossVerdict::Block(f) | CrossVerdict::Alert(f) => f,
+        other => panic!("a finding: {other:?}"),
+    };
+    let none = ShadowFacts::default();
+    // (why, the decision, words its reason has, related (server, tool, age))
+    let cases: Vec<(&str, CrossDecision, &str, Vec<(&str, &str, i64)>)> = vec![
+        (
+            "a read 3 ms earlier is not 1 s ago",
+            decide(
+                &rules,
+                &facts("mail", "send_email", Send),
+                1_003,
+                &[read],
+                None,
+                &none,
+            ),
+            "data read less than 1 s ago",
+            vec![("docs", "read_file", 3)],
+        ),
+        (
+            "whole seconds above one",
+            decide(
+                &rules,
+                &facts("mail", "send_email", Send),
+                3_500,
+                &[read],
+                None,
+                &none,
+            ),
+            "data read 2 s ago",
+            vec![("docs", "read_file", 2_500)],
+        ),
+        (
+            "an unlinked call after a read",
+            decide(
+                &rules,
+                &CallFacts {
+                    args: ArgMarks::default(),
+                    ..facts("mail", "send_email", Send)
+                },
+                1_200,
+                &[read],
+                None,
+                &none,
+            ),
+            "less than 1 s earlier",
+            vec![("docs", "read_file", 200)],
+        ),
+        (
+            "a burst names the calls that made it, newest first",
+            decide(
+                &rules,
+                &facts("a", "get_x", Read),
+                2_000,
+                &[p("a", "get_x", Read, 1_000), p("a", "get_y", Read, 1_500)],
+                None,
+                &none,
+            ),
+            "made a burst",
+            vec![("a", "get_y", 500), ("a", "get_x", 1_000)],
+        ),
+        (
+            "the rate limit names the calls that spent the tokens",
+            decide(
+                &CrossRules {
+                    burst: None,
+                    ..rules.clone()
+                },
+                &facts("a", "get_x", Read),
+                1_500,
+                &[
+                    p("a", "get_x", Read, 1_000),
+                    p("a", "get_x", Read, 1_001),
+                    p("a", "get_x", Read, 1_002),
+                    p("other", "get_x", Read, 1_002),
+                ],
+                None,
+                &none,
+            ),
+            "rate limit",
+            vec![
+                ("a", "get_x", 498),
+                ("a", "get_x", 499),
+                ("a", "get_x", 500),
+            ],
+        ),
+    ];
+    for (why, d, words, want) in cases {
+        let f = finding(d);
+        assert!(f.reason.contains(words), "{why}: {}", f.reason);
+        let got: Vec<(&str, &str, i64)> = f
+            .related
+            .iter()
+            .map(|r| (r.server_id.as_str(), r.tool.as_str(), r.age_ms))
+            .collect();
+        assert_eq!(got, want, "{why}");
+    }
+}
+
+#[test]
+fn a_shadowing_tie_names_what_settles_it() {
+    let facts = CallFacts {
+        server_id: "srvA".into(),
+        tool: "search_docs".into(),
+        class: ToolClass::Read,
+        args: ArgMarks::default(),
+    };
+    let shadow = ShadowFacts {
+        own_pinned_ms: Some(1_000),
+        peers: vec![ShadowPeer {
+            server_id: "srvB".into(),
+            same_command: false,
+            pinned_ms: Some(2_000),
+        }],
+    };
+    let d = decide(&CrossRules::default(), &facts, 5_000, &[], None, &shadow);
+    let CrossVerdict::Block(f) = d.verdict else {
+        panic!("a tie is held: {:?}", d.verdict)
+    };
+    assert!(f.hold);
+    // The policy.toml a person would write from the advice; a `[[rules]]`
+    // block is named as what does not settle it (it leaves the tool listed).
+    assert!(
+        f.reason
+            .contains(r#"[tool_policy] (deny = [{ server = "srvB", tool = "search_docs" }]"#),
+        "{}",
+        f.reason
+    );
+    assert!(f.reason.contains("[[rules]] block"), "{}", f.reason);
+}
