@@ -122,10 +122,6 @@ fn id_key(id: &Value) -> String {
 }
 
 /// Cheap pre-filter before parsing a line again.
-fn mentions(bytes: &[u8], needle: &[u8]) -> bool {
-    bytes.windows(needle.len()).any(|w| w == needle)
-}
-
 impl Cross {
     pub fn new(
         store: Option<Store>,
@@ -163,14 +159,14 @@ impl Cross {
         if self.joining.is_some()
             && outputs
                 .iter()
-                .any(|o| matches!(o, Output::ToServer(b) if mentions(b, b"tools/call")))
+                .any(|o| matches!(o, Output::ToServer(b) if batch::may_hold_call(b)))
         {
             self.joined().await;
         }
         let mut out = Vec::with_capacity(outputs.len());
         for output in outputs {
             match output {
-                Output::ToServer(bytes) if mentions(&bytes, b"tools/call") => {
+                Output::ToServer(bytes) if batch::may_hold_call(&bytes) => {
                     self.check_frame(bytes, relay, &mut out).await
                 }
                 Output::ToClient(bytes) if self.may_await_result().await => {

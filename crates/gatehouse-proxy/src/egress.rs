@@ -15,7 +15,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gatehouse_engine::cross_server::{blocked_answer, CrossFinding};
+use gatehouse_engine::cross_server::batch::{self, CallFrame};
+use gatehouse_engine::cross_server::{blocked_value, CrossFinding};
 use gatehouse_engine::{Action, EngineEvent, Output, Severity};
 use gatehouse_protocol::RequestId;
 use gatehouse_store::{now_ms, Store};
@@ -98,8 +99,9 @@ impl Egress {
     }
 
     /// Checks the `tools/call`s among the relay's outputs bound for the
-    /// server; a call carrying another server's secret is answered with a
-    /// blocked result instead (or only recorded, in audit mode).
+    /// server, single or in a batch; a call carrying another server's
+    /// secret is answered with a blocked result instead (or only recorded,
+    /// in audit mode), the other elements of its batch go on.
     pub fn filter(&self, outputs: Vec<Output>) -> Vec<Output> {
         let guard = self.guard.borrow().clone();
         if guard.is_empty() {
@@ -108,21 +110,8 @@ impl Egress {
         let mut out = Vec::with_capacity(outputs.len());
         for output in outputs {
             match output {
-                Output::ToServer(bytes) if mentions(&bytes, b"tools/call") => {
-                    match self.check(&guard, &bytes) {
-                        Some((event, answer)) => {
-                            let tool = event.tool.clone().unwrap_or_default();
-                            out.push(Output::Event(event));
-                            match answer {
-                                Some(answer) => {
-                                    gatehouse_engine::retract_allowed_call(&mut out, &tool);
-                                    out.push(Output::ToClient(answer))
-                                }
-                                None => out.push(Output::ToServer(bytes)),
-                            }
-                        }
-                        None => out.push(Output::ToServer(bytes)),
-                    }
+                Output::ToServer(bytes) if batch::may_hold_call(&bytes) => {
+                    self.check_frame(&guard, bytes, &mut out)
                 }
                 other => out.push(other),
             }
@@ -130,11 +119,44 @@ impl Egress {
         out
     }
 
+    fn check_frame(&self, guard: &SecretGuard, bytes: Vec<u8>, out: &mut Vec<Output>) {
+        let (items, batched) = match batch::call_frame(&bytes) {
+            CallFrame::Single(msg) => (vec![msg], false),
+            CallFrame::Batch(items) => (items, true),
+            CallFrame::Other => return out.push(Output::ToServer(bytes)),
+        };
+        let mut answers = Vec::with_capacity(items.len());
+        for item in &items {
+            let answer = match self.check(guard, item) {
+                Some((event, answer)) => {
+                    let tool = event.tool.clone().unwrap_or_default();
+                    out.push(Output::Event(event));
+                    if answer.is_some() {
+                        gatehouse_engine::retract_allowed_call(out, &tool);
+                    }
+                    answer
+                }
+                None => None,
+            };
+            answers.push(answer);
+        }
+        if !batched {
+            return match answers.pop().flatten() {
+                Some(answer) => out.push(Output::ToClient(
+                    serde_json::to_vec(&answer).unwrap_or_default(),
+                )),
+                None => out.push(Output::ToServer(bytes)),
+            };
+        }
+        let (forward, reply) = batch::assemble(bytes, items, answers);
+        out.extend(forward.map(Output::ToServer));
+        out.extend(reply.map(Output::ToClient));
+    }
+
     /// `Some((event, blocked answer))` when the call carries a secret; the
     /// answer is `None` in audit mode (the call is forwarded).
-    fn check(&self, guard: &SecretGuard, bytes: &[u8]) -> Option<(EngineEvent, Option<Vec<u8>>)> {
-        let msg: Value = serde_json::from_slice(bytes).ok()?;
-        if msg.get("method").and_then(Value::as_str) != Some("tools/call") {
+    fn check(&self, guard: &SecretGuard, msg: &Value) -> Option<(EngineEvent, Option<Value>)> {
+        if !batch::is_call(msg) {
             return None;
         }
         let rid = msg.get("id").and_then(RequestId::from_value)?;
@@ -183,7 +205,7 @@ impl Egress {
                 retry_after_ms: None,
                 hold: false,
             };
-            blocked_answer(&rid, &self.caller, tool, &finding)
+            blocked_value(&rid, &self.caller, tool, &finding)
         });
         Some((event, answer))
     }
@@ -247,10 +269,6 @@ async fn follow(
     }
 }
 
-fn mentions(bytes: &[u8], needle: &[u8]) -> bool {
-    bytes.windows(needle.len()).any(|w| w == needle)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,6 +319,52 @@ mod tests {
             Output::ToClient(b) => Some(String::from_utf8_lossy(b).into_owned()),
             _ => None,
         })
+    }
+
+    /// However the call is spelled: escaped method names, arguments nested
+    /// past serde_json's own 128 levels, a batch.
+    #[tokio::test]
+    async fn every_spelling_of_a_call_is_checked() {
+        let (_store, _gh, slack) = two_wraps(false).await;
+        let deep = format!("{}\"{CANARY}\"{}", "[".repeat(200), "]".repeat(200));
+        for line in [
+            format!(
+                r#"{{"jsonrpc":"2.0","id":7,"method":"tools\/call","params":{{"name":"post","arguments":{{"t":"{CANARY}"}}}}}}"#
+            ),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":7,"method":"\u0074ools/call","params":{{"name":"post","arguments":{{"t":"{CANARY}"}}}}}}"#
+            ),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"post","arguments":{{"t":{deep},"n":1e400}}}}}}"#
+            ),
+        ] {
+            let out = slack.filter(vec![Output::ToServer(line.clone().into_bytes())]);
+            assert!(blocked(&out).is_some(), "not blocked: {line:.90}");
+            assert!(!out.iter().any(|o| matches!(o, Output::ToServer(_))));
+        }
+        let batch = serde_json::json!([
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+             "params": {"name": "post", "arguments": {"t": "hello"}}},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+             "params": {"name": "post", "arguments": {"t": CANARY}}},
+        ]);
+        let out = slack.filter(vec![Output::ToServer(serde_json::to_vec(&batch).unwrap())]);
+        let forwarded: Vec<Value> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::ToServer(b) => Some(serde_json::from_slice(b).unwrap()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            forwarded,
+            vec![serde_json::json!([batch[0]])],
+            "the clean call goes on"
+        );
+        let reply: Value = serde_json::from_str(&blocked(&out).expect("a batch reply")).unwrap();
+        assert_eq!(reply[0]["id"], 2);
+        assert_eq!(reply[0]["result"]["isError"], true);
+        assert!(!reply.to_string().contains(CANARY));
     }
 
     #[tokio::test]

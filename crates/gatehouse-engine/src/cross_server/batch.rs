@@ -16,22 +16,32 @@ pub enum CallFrame {
     Other,
 }
 
-/// Splits a frame bound for the server.
+/// Whether a frame bound for the server may hold a `tools/call`: sound for
+/// every JSON spelling of it. Without a `\u` escape anywhere in the line,
+/// the letters of `tools` can only be written as themselves (`/` may be
+/// `\/`), so a line with neither `tools` nor `\u` holds no call; the rest
+/// is parsed.
+pub fn may_hold_call(bytes: &[u8]) -> bool {
+    memchr::memmem::find(bytes, b"tools").is_some() || memchr::memmem::find(bytes, b"\\u").is_some()
+}
+
+/// Splits a frame bound for the server, read as the relay read it
+/// ([`gatehouse_protocol::json_value`]: no 128-level limit, `1e400` read).
 pub fn call_frame(bytes: &[u8]) -> CallFrame {
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(Value::Array(items)) => CallFrame::Batch(items),
-        Ok(v) => CallFrame::Single(v),
-        Err(_) => CallFrame::Other,
+    match gatehouse_protocol::json_value(bytes) {
+        Some(Value::Array(items)) => CallFrame::Batch(items),
+        Some(v) => CallFrame::Single(v),
+        None => CallFrame::Other,
     }
 }
 
 /// The messages of a server frame (a batch reply's elements, or the one
 /// message); empty when it is not JSON.
 pub fn messages(bytes: &[u8]) -> Vec<Value> {
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(Value::Array(items)) => items,
-        Ok(v) => vec![v],
-        Err(_) => Vec::new(),
+    match gatehouse_protocol::json_value(bytes) {
+        Some(Value::Array(items)) => items,
+        Some(v) => vec![v],
+        None => Vec::new(),
     }
 }
 
@@ -67,4 +77,30 @@ pub fn assemble(
     let line = |values: Vec<Value>| serde_json::to_vec(&Value::Array(values)).unwrap_or_default();
     let forward = (!forward.is_empty()).then(|| line(forward));
     (forward, Some(line(reply)))
+}
+
+#[cfg(test)]
+mod spelling_tests {
+    use super::{call_frame, is_call, may_hold_call, CallFrame};
+
+    /// Every JSON spelling of a call reaches the check, read as the relay
+    /// reads it.
+    #[test]
+    fn every_spelling_of_a_call_is_read() {
+        let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+        for line in [
+            r#"{"id":1,"method":"tools/call","params":{}}"#.to_string(),
+            r#"{"id":1,"method":"tools\/call","params":{}}"#.to_string(),
+            r#"{"id":1,"method":"\u0074ools/call","params":{}}"#.to_string(),
+            r#"{"id":1,"m\u0065thod":"tools/call","params":{}}"#.to_string(),
+            format!(r#"{{"id":1,"method":"tools/call","params":{{"a":{deep},"n":1e400}}}}"#),
+        ] {
+            assert!(may_hold_call(line.as_bytes()), "{line:.60}");
+            match call_frame(line.as_bytes()) {
+                CallFrame::Single(msg) => assert!(is_call(&msg), "{line:.60}"),
+                other => panic!("{line:.60}: {other:?}"),
+            }
+        }
+        assert!(!may_hold_call(br#"{"id":1,"method":"ping"}"#));
+    }
 }
