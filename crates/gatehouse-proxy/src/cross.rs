@@ -522,7 +522,10 @@ impl Cross {
     pub async fn leave(&mut self) {
         self.joined().await;
         if let Some(presence) = &self.presence {
-            presence.leave().await;
+            let rules = &self.rules;
+            presence
+                .leave(|class, age_ms| rules.outlives_exit(class, age_ms))
+                .await;
         }
         if let Some(store) = &self.store {
             let _ = store

@@ -316,14 +316,21 @@ impl Presence {
         Ok(presence)
     }
 
-    /// Leaves the session (the process ends). Alone, its calls and its
-    /// limiter state are written first (one transaction with the leave):
-    /// a restart of this server, or another server started later in the
-    /// session, must still see them.
-    pub async fn leave(&self) {
+    /// Leaves the session (the process ends). Alone, its calls that still
+    /// matter (`keep(class, age_ms)`) and its limiter state are written
+    /// first (one transaction with the leave): a restart of this server, or
+    /// another server started later in the session, must still see them.
+    pub async fn leave(&self, keep: impl Fn(ToolClass, i64) -> bool) {
         let mut local = self.local.lock().await;
         let done = if local.alone {
-            let (_, calls) = local.unstored();
+            let now = now_ms();
+            let calls: Vec<LocalCall> = local
+                .calls
+                .iter()
+                .filter(|e| e.server.is_none() && !e.stored)
+                .filter(|e| keep(e.class, now.saturating_sub(e.call.time_ms)))
+                .map(|e| e.call.clone())
+                .collect();
             let bucket = local.bucket_state();
             self.store
                 .leave_session(

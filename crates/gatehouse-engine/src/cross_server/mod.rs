@@ -138,6 +138,18 @@ impl CrossRules {
         }
     }
 
+    /// Whether a call still matters to the session once the wrap of a
+    /// server alone in it exits (`age_ms` old): a read while a sequence
+    /// rule can still link a later call of another server to it, any call
+    /// while it counts toward this server's burst or rate limit after a
+    /// restart. Only these are written at exit.
+    pub fn outlives_exit(&self, class: ToolClass, age_ms: i64) -> bool {
+        let links = |f: &FlowSettings| f.mode != FlowMode::Off && age_ms < f.window_ms;
+        let own = self.lookback(class).own_ms;
+        (class == ToolClass::Read && (links(&self.read_then_send) || links(&self.flow)))
+            || own.is_some_and(|ms| age_ms < ms)
+    }
+
     /// Whether a call of `class` needs the taint marks of other servers'
     /// reads (only linked-mode sequence rules read them).
     pub fn needs_marks(&self, class: ToolClass) -> bool {

@@ -1248,3 +1248,46 @@ fn a_shadowing_tie_names_what_settles_it() {
     );
     assert!(f.reason.contains("[[rules]] block"), "{}", f.reason);
 }
+
+/// What an alone server's wrap writes when it exits: reads a sequence rule
+/// can still link to, and calls that still count toward its limits.
+#[test]
+fn only_calls_that_still_matter_outlive_an_exit() {
+    let defaults = CrossRules::default();
+    for (class, age_ms, kept, why) in [
+        (
+            ToolClass::Read,
+            25_000,
+            true,
+            "a read inside the 30 s window",
+        ),
+        (ToolClass::Read, 31_000, false, "a read past every window"),
+        (
+            ToolClass::Send,
+            10_000,
+            true,
+            "counts toward the rate limit (24 s)",
+        ),
+        (
+            ToolClass::Unknown,
+            25_000,
+            false,
+            "past burst and rate windows",
+        ),
+    ] {
+        assert_eq!(defaults.outlives_exit(class, age_ms), kept, "{why}");
+    }
+    let unlimited = CrossRules {
+        burst: None,
+        rate: None,
+        ..CrossRules::default()
+    };
+    assert!(
+        !unlimited.outlives_exit(ToolClass::Unknown, 1),
+        "no limit counts it"
+    );
+    assert!(
+        unlimited.outlives_exit(ToolClass::Read, 1),
+        "a read still links"
+    );
+}
