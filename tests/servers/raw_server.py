@@ -3,6 +3,7 @@ for behaviours no SDK server produces on demand.
 
 Usage: raw_server.py [--garbage] [--exit-after-init CODE] [--pid-file PATH] [--requests] [--linger]
                      [--log PATH] [--list-delay SECS] [--list-errors N] [--stateless] [--duplicate]
+                     [--description-file PATH]
 
   --garbage            before answering tools/call, write one unparseable
                        line to stdout (the proxy must drop it)
@@ -21,6 +22,8 @@ Usage: raw_server.py [--garbage] [--exit-after-init CODE] [--pid-file PATH] [--r
   --stateless          2026-07-28: reject every request whose params._meta
                        lacks io.modelcontextprotocol/protocolVersion (-32022)
   --duplicate          list a second, different tool named echo
+  --description-file PATH
+                       echo's description is read from PATH at each tools/list
 
 Tools: echo(text, repeat?, broken?) -> text repeated `repeat` times; with
 broken: true the answer is cut short (not JSON) and never completed.
@@ -41,6 +44,7 @@ list_delay = float(args[args.index("--list-delay") + 1]) if "--list-delay" in ar
 list_errors = int(args[args.index("--list-errors") + 1]) if "--list-errors" in args else 0
 stateless = "--stateless" in args
 duplicate = "--duplicate" in args
+description_file = args[args.index("--description-file") + 1] if "--description-file" in args else None
 if "--pid-file" in args:
     with open(args[args.index("--pid-file") + 1], "w") as f:
         f.write(str(os.getpid()))
@@ -130,7 +134,11 @@ while True:
         send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32603, "message": "tools unavailable"}})
     elif method == "tools/list":
         time.sleep(list_delay)
-        tools = [TOOL] + (REQUEST_TOOLS if requests else [])
+        echo = TOOL
+        if description_file:
+            with open(description_file) as f:
+                echo = dict(TOOL, description=f.read())
+        tools = [echo] + (REQUEST_TOOLS if requests else [])
         if duplicate:
             tools.append(dict(TOOL, description="Echoes its text argument, and more."))
         send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})

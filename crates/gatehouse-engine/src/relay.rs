@@ -459,23 +459,12 @@ impl<I: Inspector> Relay<I> {
             out.push(Output::ToServer(raw));
             return;
         }
-        match peek(&raw, &raw) {
-            Some(Peek {
-                id,
-                kind: PeekKind::Response,
-            }) => {
-                let message = format!("Gatehouse dropped the client's response: {why}");
-                out.push(Output::ToServer(error_line(&id, -32603, &message, None)));
-            }
-            Some(Peek { id, .. }) => {
-                let message = format!("Gatehouse did not forward this request: {why}");
-                out.push(Output::ToClient(error_line(&id, code, &message, None)));
-            }
-            None => {
-                let message = format!("Gatehouse did not forward a line: {why}");
-                out.push(Output::ToClient(to_line(&null_id_error(code, &message))));
-            }
+        let peeked = peek(&raw, &raw);
+        if peeked.is_none() {
+            let message = format!("Gatehouse did not forward a line: {why}");
+            out.push(Output::ToClient(to_line(&null_id_error(code, &message))));
         }
+        answer_dropped_client_frame(peeked, code, "did not forward", why, out);
     }
 
     /// A client frame over the size ceiling, skipped unread; `peeked` is
@@ -489,20 +478,7 @@ impl<I: Inspector> Relay<I> {
     ) -> Vec<Output> {
         let mut out = vec![oversized_event("client", len, max)];
         let why = format!("its {len} bytes exceed the {max}-byte frame ceiling");
-        match peeked {
-            Some(Peek {
-                id,
-                kind: PeekKind::Response,
-            }) => {
-                let message = format!("Gatehouse dropped the client's response: {why}");
-                out.push(Output::ToServer(error_line(&id, -32603, &message, None)));
-            }
-            Some(Peek { id, .. }) => {
-                let message = format!("Gatehouse dropped this request: {why}");
-                out.push(Output::ToClient(error_line(&id, -32600, &message, None)));
-            }
-            None => {}
-        }
+        answer_dropped_client_frame(peeked, -32600, "dropped", &why, &mut out);
         out
     }
 
@@ -2141,6 +2117,32 @@ fn cancelled_request(msg: &Message) -> Option<RequestId> {
             .and_then(|p| p.get("requestId"))
             .and_then(RequestId::from_value),
         _ => None,
+    }
+}
+
+/// Whoever waits on a client frame Gatehouse dropped gets an error: the
+/// server, for the client's answer to its request; the client, for its
+/// request ("Gatehouse {verb} this request: {why}", `code`).
+fn answer_dropped_client_frame(
+    peeked: Option<Peek>,
+    code: i64,
+    verb: &str,
+    why: &str,
+    out: &mut Vec<Output>,
+) {
+    match peeked {
+        Some(Peek {
+            id,
+            kind: PeekKind::Response,
+        }) => {
+            let message = format!("Gatehouse dropped the client's response: {why}");
+            out.push(Output::ToServer(error_line(&id, -32603, &message, None)));
+        }
+        Some(Peek { id, .. }) => {
+            let message = format!("Gatehouse {verb} this request: {why}");
+            out.push(Output::ToClient(error_line(&id, code, &message, None)));
+        }
+        None => {}
     }
 }
 

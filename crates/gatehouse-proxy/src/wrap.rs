@@ -1,6 +1,7 @@
 //! `gatehouse wrap --server ID [--home DIR] [--pass-env NAMES] -- CMD ARGS…`
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use gatehouse_store::{home, HoldState, Identity, MacKey, NewEvent, Store, StoreO
 use gatehouse_vault::Vault;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
 use crate::adapters::{BoundPolicy, ScannerInspector};
@@ -440,7 +441,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let mut client_lines = line_reader(crate::stdio::client_stdin(), max_frame);
     let mut server_lines = line_reader(child_stdout, max_frame);
     let (pins_tx, mut pins_rx) = mpsc::channel::<PinTable>(4);
-    recorder.reload_pins_to(pins_tx.clone());
+    let mut reloads = recorder.pin_reloads();
     if let Some(store) = &store {
         tokio::spawn(poll_pins(
             store.clone(),
@@ -528,7 +529,21 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 Vec::new()
             }
             line = next_line(&mut client_lines), if client_open && server_out.has_room() => match line {
-                Line::Frame(bytes) => relay.on_client_frame(parse_frame(bytes), now_ms()),
+                Line::Frame(bytes) => {
+                    let mut out = Vec::new();
+                    // Another process may have pinned a tool first: that
+                    // is settled before a call is judged against its pin.
+                    if recorder.first_sights_pending() {
+                        recorder.flush_pins().await;
+                    }
+                    if reloads.has_changed().unwrap_or(false) {
+                        if let Some(pins) = reloads.borrow_and_update().clone() {
+                            out.extend(relay.on_pins_reloaded(pins, now_ms()));
+                        }
+                    }
+                    out.extend(relay.on_client_frame(parse_frame(bytes), now_ms()));
+                    out
+                }
                 Line::Oversized(skipped) => {
                     let peeked = peek(&skipped.head, &skipped.tail);
                     relay.on_client_oversized(skipped.len, max_frame, peeked)
@@ -547,6 +562,10 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 Line::Eof => break None,
             },
             Some(pins) = pins_rx.recv() => relay.on_pins_reloaded(pins, now_ms()),
+            Ok(()) = reloads.changed() => match reloads.borrow_and_update().clone() {
+                Some(pins) => relay.on_pins_reloaded(pins, now_ms()),
+                None => Vec::new(),
+            },
             Ok(()) = paused.changed() => {
                 let audit_only = policy.is_audit_only() || *paused.borrow_and_update();
                 debug!(audit_only, "protection pause changed");
@@ -790,15 +809,12 @@ where
 #[derive(Clone)]
 pub(crate) struct Recorder {
     events: mpsc::UnboundedSender<Record<EngineEvent>>,
-    pins: mpsc::UnboundedSender<Record<PinRecord>>,
-}
-
-/// What the pin writer is sent besides flushes.
-enum PinRecord {
-    /// Persist this update under this pin namespace.
-    Update(String, Box<PinUpdate>),
-    /// Where to send the pins reloaded after a first-sight conflict.
-    ReloadTo(mpsc::Sender<PinTable>),
+    pins: mpsc::UnboundedSender<Record<(String, PinUpdate)>>,
+    /// First-sight pins queued and not yet written (another process may
+    /// have pinned the tool first).
+    first_sights: Arc<AtomicUsize>,
+    /// The pins reloaded after a first sight was lost, for the relay.
+    reloads: watch::Receiver<Option<PinTable>>,
 }
 
 /// What one recorder writer is sent: an item to write, or a flush request.
@@ -813,9 +829,12 @@ impl Recorder {
         // Two writers, so events are never queued behind pin persistence
         // (a first-sight list is dozens of transactions).
         let (events, mut events_rx) = mpsc::unbounded_channel::<Record<EngineEvent>>();
-        let (pins, mut pins_rx) = mpsc::unbounded_channel::<Record<PinRecord>>();
+        let (pins, mut pins_rx) = mpsc::unbounded_channel::<Record<(String, PinUpdate)>>();
+        let (reload, reloads) = watch::channel(None);
         let event_store = store.clone();
         let conflicts = events.clone();
+        let first_sights = Arc::new(AtomicUsize::new(0));
+        let written = Arc::clone(&first_sights);
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(RECORD_BATCH);
             let mut pending = Vec::new();
@@ -838,31 +857,37 @@ impl Recorder {
             }
         });
         tokio::spawn(async move {
-            let mut reload_to = None;
             while let Some(record) = pins_rx.recv().await {
-                match record {
-                    Record::Write(PinRecord::ReloadTo(tx)) => reload_to = Some(tx),
-                    Record::Write(PinRecord::Update(pin_server, update)) => {
-                        let Some(store) = &store else { continue };
-                        match persist_pin(store, &key, &pin_server, *update).await {
-                            Ok(None) => {}
-                            Ok(Some(lost)) => {
-                                let _ = conflicts.send(Record::Write(lost));
-                                if let Some(tx) = &reload_to {
-                                    let _ =
-                                        tx.send(load_pins(store, &key, &pin_server).await).await;
-                                }
-                            }
-                            Err(err) => eprintln!("gatehouse: could not persist a pin: {err}"),
-                        }
-                    }
+                let (pin_server, update) = match record {
+                    Record::Write(write) => write,
                     Record::Flush(done) => {
                         let _ = done.send(());
+                        continue;
                     }
+                };
+                let first_sight = matches!(update, PinUpdate::TrustFirst { .. });
+                if let Some(store) = &store {
+                    match persist_pin(store, &key, &pin_server, update).await {
+                        Ok(None) => {}
+                        Ok(Some(lost)) => {
+                            let _ = conflicts.send(Record::Write(lost));
+                            reload.send_replace(Some(load_pins(store, &key, &pin_server).await));
+                        }
+                        Err(err) => eprintln!("gatehouse: could not persist a pin: {err}"),
+                    }
+                }
+                // Only now: a call waiting on it sees the reloaded pins.
+                if first_sight {
+                    written.fetch_sub(1, Ordering::AcqRel);
                 }
             }
         });
-        Recorder { events, pins }
+        Recorder {
+            events,
+            pins,
+            first_sights,
+            reloads,
+        }
     }
 
     pub(crate) fn event(&self, event: EngineEvent) {
@@ -870,15 +895,28 @@ impl Recorder {
     }
 
     fn persist(&self, server: &str, update: PinUpdate) {
-        let _ = self.pins.send(Record::Write(PinRecord::Update(
-            server.to_string(),
-            Box::new(update),
-        )));
+        if matches!(update, PinUpdate::TrustFirst { .. }) {
+            self.first_sights.fetch_add(1, Ordering::AcqRel);
+        }
+        let _ = self.pins.send(Record::Write((server.to_string(), update)));
     }
 
-    /// Pins reloaded after a first-sight conflict go to `tx` (the relay's).
-    fn reload_pins_to(&self, tx: mpsc::Sender<PinTable>) {
-        let _ = self.pins.send(Record::Write(PinRecord::ReloadTo(tx)));
+    /// The pins reloaded after a first sight was lost to another process.
+    fn pin_reloads(&self) -> watch::Receiver<Option<PinTable>> {
+        self.reloads.clone()
+    }
+
+    /// Whether first-sight pins wait to be written.
+    fn first_sights_pending(&self) -> bool {
+        self.first_sights.load(Ordering::Acquire) > 0
+    }
+
+    /// Waits (boundedly) until the pin changes queued so far are written
+    /// (and a lost first sight's reloaded pins sent).
+    async fn flush_pins(&self) {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        let _ = self.pins.send(Record::Flush(done));
+        let _ = tokio::time::timeout(Duration::from_secs(3), wait).await;
     }
 
     /// Waits (boundedly) until everything queued so far is written.
@@ -996,35 +1034,55 @@ async fn persist_pin(
     update: PinUpdate,
 ) -> gatehouse_store::Result<Option<EngineEvent>> {
     let now = now_ms() as i64;
-    let seen = |tool: &str, hash: &str, definition: &serde_json::Value| gatehouse_store::SeenTool {
+    let (tool, hash, definition) = match &update {
+        PinUpdate::TrustFirst {
+            tool,
+            hash,
+            definition,
+        }
+        | PinUpdate::Trust {
+            tool,
+            hash,
+            definition,
+        }
+        | PinUpdate::Hold {
+            tool,
+            hash,
+            definition,
+            ..
+        }
+        | PinUpdate::Quarantine {
+            tool,
+            hash,
+            definition,
+            ..
+        } => (tool.as_str(), hash.as_str(), definition),
+        PinUpdate::Seen { .. } => return Ok(None),
+    };
+    // The definition first: a pin names a recorded hash.
+    let seen = gatehouse_store::SeenTool {
         server_id: server_id.to_string(),
         name: tool.to_string(),
         hash: hash.to_string(),
         hash_version: i64::from(HASH_VERSION),
         definition_json: definition.to_string(),
     };
-    match update {
-        PinUpdate::TrustFirst {
-            tool,
-            hash,
-            definition,
-        } => {
-            store
-                .record_seen_tool(key, &seen(&tool, &hash, &definition), now)
-                .await?;
+    store.record_seen_tool(key, &seen, now).await?;
+    match &update {
+        PinUpdate::TrustFirst { .. } => {
             if store
-                .pin_first_sight(key, server_id, &tool, &hash, now)
+                .pin_first_sight(key, server_id, tool, hash, now)
                 .await?
             {
                 return Ok(None);
             }
-            let pinned = store.get_pin(key, server_id, &tool).await?;
+            let pinned = store.get_pin(key, server_id, tool).await?;
             let pinned_hash = pinned.as_ref().and_then(|p| p.trusted_hash());
-            if pinned_hash == Some(hash.as_str()) {
+            if pinned_hash == Some(hash) {
                 return Ok(None);
             }
             store
-                .hold_tool(key, server_id, &tool, &hash, HoldState::Held, None, now)
+                .hold_tool(key, server_id, tool, hash, HoldState::Held, None, now)
                 .await?;
             return Ok(Some(
                 EngineEvent::new(
@@ -1033,7 +1091,7 @@ async fn persist_pin(
                     gatehouse_engine::Action::Hold,
                     "pin.held",
                 )
-                .tool(&tool)
+                .tool(tool)
                 .reason(format!(
                     "another process of this server's first session pinned a different \
                      definition first: held until a person approves hash {hash}"
@@ -1041,47 +1099,22 @@ async fn persist_pin(
                 .evidence(serde_json::json!({ "previous": pinned_hash, "hash": hash })),
             ));
         }
-        PinUpdate::Trust {
-            tool,
-            hash,
-            definition,
-        } => {
+        PinUpdate::Trust { .. } => {
+            store.approve_tool(key, server_id, tool, hash, now).await?;
+        }
+        PinUpdate::Hold { .. } => {
             store
-                .record_seen_tool(key, &seen(&tool, &hash, &definition), now)
-                .await?;
-            store
-                .approve_tool(key, server_id, &tool, &hash, now)
+                .hold_tool(key, server_id, tool, hash, HoldState::Held, None, now)
                 .await?;
         }
-        PinUpdate::Hold {
-            tool,
-            hash,
-            definition,
-            ..
-        } => {
-            store
-                .record_seen_tool(key, &seen(&tool, &hash, &definition), now)
-                .await?;
-            store
-                .hold_tool(key, server_id, &tool, &hash, HoldState::Held, None, now)
-                .await?;
-        }
-        PinUpdate::Quarantine {
-            tool,
-            hash,
-            definition,
-            findings,
-        } => {
-            store
-                .record_seen_tool(key, &seen(&tool, &hash, &definition), now)
-                .await?;
+        PinUpdate::Quarantine { findings, .. } => {
             let findings = findings.to_string();
             store
                 .hold_tool(
                     key,
                     server_id,
-                    &tool,
-                    &hash,
+                    tool,
+                    hash,
                     HoldState::Quarantined,
                     Some(&findings),
                     now,
@@ -1592,7 +1625,12 @@ mod tests {
         };
         let (events, mut events_rx) = mpsc::unbounded_channel();
         let (pins, _pins_rx) = mpsc::unbounded_channel();
-        let recorder = Recorder { events, pins };
+        let recorder = Recorder {
+            events,
+            pins,
+            first_sights: Arc::default(),
+            reloads: watch::channel(None).1,
+        };
         let policy = gatehouse_config::check_text("p", "").unwrap().policy;
         let server = policy.server_settings("server");
         let key = gatehouse_vault::GuardKey::for_install(b"key");
