@@ -10,6 +10,9 @@ pub struct LaunchFacts {
     pub package: Option<String>,
     /// The package spec names no version: whatever is latest will run.
     pub unversioned: bool,
+    /// Further packages the runner installs beside `package` (a second
+    /// `npx -p`, `uvx --with`): judged for typosquatting too.
+    pub also_installed: Vec<String>,
 }
 
 const INTERPRETERS: &[&str] = &[
@@ -29,6 +32,7 @@ pub fn launch_facts(argv: &[String]) -> LaunchFacts {
         script: None,
         package: None,
         unversioned: false,
+        also_installed: Vec::new(),
     };
     let Some(cmd) = argv.first() else {
         return facts;
@@ -41,19 +45,22 @@ pub fn launch_facts(argv: &[String]) -> LaunchFacts {
         return facts;
     }
     let after = |word: &str| rest.iter().position(|a| a == word).map(|i| &rest[i + 1..]);
-    let spec = match cmd {
-        "npx" | "bunx" | "pnpx" => package_of(rest, NPM_PACKAGE),
-        "uvx" => package_of(rest, UV_PACKAGE),
-        "pipx" => after("run").and_then(|args| package_of(args, PIPX_PACKAGE)),
+    let installed = match cmd {
+        "npx" | "bunx" | "pnpx" => Some(packages_of(rest, NPM_PACKAGE)),
+        "uvx" => Some(packages_of(rest, UV_PACKAGE)),
+        "pipx" => after("run").map(|args| packages_of(args, PIPX_PACKAGE)),
         "uv" => after("tool")
             .and_then(|args| args.strip_prefix(&["run".to_string()]))
-            .and_then(|args| package_of(args, UV_PACKAGE)),
+            .map(|args| packages_of(args, UV_PACKAGE)),
         "pnpm" | "yarn" | "npm" => rest
             .iter()
             .position(|a| a == "dlx" || a == "exec")
-            .and_then(|i| package_of(&rest[i + 1..], NPM_PACKAGE)),
+            .map(|i| packages_of(&rest[i + 1..], NPM_PACKAGE)),
         _ => None,
     };
+    let mut installed = installed.unwrap_or_default().into_iter();
+    let spec = installed.next();
+    facts.also_installed = installed.collect();
     if let Some(spec) = spec {
         facts.unversioned = !is_versioned(&spec);
         facts.package = Some(spec);
@@ -81,25 +88,45 @@ const NPM_PACKAGE: &[&str] = &["-p", "--package"];
 const UV_PACKAGE: &[&str] = &["--from"];
 const PIPX_PACKAGE: &[&str] = &["--spec"];
 
-/// The package a runner installs: the value of its package option (`-p X`
-/// or `--package=X`; the first when repeated) before the command, else the
-/// command, its first positional argument.
-fn package_of(args: &[String], package_options: &[&str]) -> Option<String> {
+/// Options that add a package beside the one run (`uvx --with X`).
+const WITH_PACKAGE: &[&str] = &["--with"];
+
+/// The packages a runner installs, the one it runs first: the values of
+/// its package options (`-p X`, `-p=X`, `--package=X`, each one given)
+/// before the command, else the command itself (its first positional
+/// argument); then what `--with` adds. Nothing after the command is read.
+fn packages_of(args: &[String], package_options: &[&str]) -> Vec<String> {
+    let (mut named, mut with) = (Vec::new(), Vec::new());
+    let mut command = None;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
-        if let Some((opt, value)) = arg.split_once('=').filter(|(o, _)| o.starts_with("--")) {
-            if package_options.contains(&opt) {
-                return Some(value.to_string());
+        let (opt, inline) = match arg.split_once('=') {
+            Some((opt, value)) if opt.starts_with('-') => (opt, Some(value.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let into = if package_options.contains(&opt) {
+            Some(&mut named)
+        } else if WITH_PACKAGE.contains(&opt) {
+            Some(&mut with)
+        } else {
+            None
+        };
+        if let Some(list) = into {
+            list.extend(inline.or_else(|| args.next().cloned()));
+        } else if VALUE_OPTIONS.contains(&opt) {
+            if inline.is_none() {
+                args.next();
             }
-        } else if package_options.contains(&arg.as_str()) {
-            return args.next().cloned();
-        } else if VALUE_OPTIONS.contains(&arg.as_str()) {
-            args.next();
         } else if !arg.starts_with('-') {
-            return Some(arg.clone());
+            command = Some(arg.clone());
+            break;
         }
     }
-    None
+    if named.is_empty() {
+        named.extend(command);
+    }
+    named.extend(with);
+    named
 }
 
 /// `pkg@1.2.3`, `@scope/pkg@1.2.3`, `pkg==1.2`, `pkg@latest` (not pinned).
@@ -122,14 +149,46 @@ mod tests {
         let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
         let facts = launch_facts(&argv);
         assert_eq!(
-            facts,
-            LaunchFacts {
-                script: script.map(str::to_string),
-                package: package.map(str::to_string),
+            (facts.script, facts.package, facts.unversioned),
+            (
+                script.map(str::to_string),
+                package.map(str::to_string),
                 unversioned
-            },
+            ),
             "argv {argv:?}"
         );
+    }
+
+    /// Every package a runner installs is read, in every spelling npm and
+    /// uv accept; the server's own arguments are not.
+    #[test]
+    fn every_installed_package_is_read() {
+        for (argv, want) in [
+            ("npx -p=@scope/squat cmd", vec!["@scope/squat"]),
+            (
+                "npx -y -p @scope/real -p @scope/squat cmd",
+                vec!["@scope/real", "@scope/squat"],
+            ),
+            (
+                "npx --package=a --package b cmd -p not-a-package",
+                vec!["a", "b"],
+            ),
+            (
+                "uvx --with mcp-server-fech mcp-server-fetch",
+                vec!["mcp-server-fetch", "mcp-server-fech"],
+            ),
+            ("uvx --from x --with=y cmd --with z", vec!["x", "y"]),
+            ("uvx --python=3.12 mcp-server-time", vec!["mcp-server-time"]),
+        ] {
+            let argv: Vec<String> = argv.split(' ').map(str::to_string).collect();
+            let facts = launch_facts(&argv);
+            let got: Vec<String> = facts
+                .package
+                .into_iter()
+                .chain(facts.also_installed)
+                .collect();
+            assert_eq!(got, want, "{argv:?}");
+        }
     }
 
     #[test]

@@ -668,7 +668,7 @@ pub async fn startup_checks(
     if !ty.packages {
         return None;
     }
-    let package = gatehouse_engine::launch::launch_facts(argv).package?;
+    let facts = gatehouse_engine::launch::launch_facts(argv);
     let configured: Vec<String> = servers
         .iter()
         .filter(|s| s.id != server_id)
@@ -682,18 +682,28 @@ pub async fn startup_checks(
                 })
         })
         .collect();
-    let (similar, score) =
-        typosquat::similar_package(&package, &configured, &[], ty.package_threshold)?;
-    if let Some(store) = store {
-        // A person approved exactly this package for this server.
-        if store
-            .package_approved(key, server_id, &package)
-            .await
-            .unwrap_or(false)
-        {
-            return None;
+    // Every package the runner installs, the one it runs first; the first
+    // similar one a person has not approved for this server holds it.
+    let mut held = None;
+    for package in facts.package.into_iter().chain(facts.also_installed) {
+        let Some((similar, score)) =
+            typosquat::similar_package(&package, &configured, &[], ty.package_threshold)
+        else {
+            continue;
+        };
+        let approved = match store {
+            Some(store) => store
+                .package_approved(key, server_id, &package)
+                .await
+                .unwrap_or(false),
+            None => false,
+        };
+        if !approved {
+            held = Some((package, similar, score));
+            break;
         }
     }
+    let (package, similar, score) = held?;
     let reason = format!(
         "the launched package {:?} is similar to {similar:?} (similarity {score:.2}); \
          held: not started until a person approves it in the dashboard's inbox or with \
