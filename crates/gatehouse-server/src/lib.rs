@@ -23,6 +23,7 @@ pub mod config_watch;
 pub mod control;
 pub mod error;
 pub mod guard;
+pub mod peer;
 pub mod protection;
 pub mod seal;
 pub mod stream;
@@ -467,10 +468,18 @@ async fn serve_connections(
     let mut last_warning: Option<std::time::Instant> = None;
     loop {
         // axum's `Listener` retries failed accepts itself (and pauses on EMFILE).
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             conn = Listener::accept(&mut listener) => conn,
             _ = &mut stopped => break,
         };
+        // Another local user never takes a slot (nor reaches the API).
+        if stream
+            .local_addr()
+            .is_ok_and(|local| peer::is_other_user(local, peer))
+        {
+            tracing::debug!(%peer, "control plane: refused another user's connection");
+            continue;
+        }
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             drop(stream);
             refused_since_warning += 1;

@@ -190,3 +190,49 @@ async fn an_event_stream_outlives_the_header_timeout() {
     drop(s);
     handle.shutdown().await;
 }
+
+/// Another local user's connections are closed at once and take no slot:
+/// holding more connections than the cap does not lock the owner out.
+/// (Needs root, to act as `nobody` through `setpriv`; CI runs as root.)
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn another_users_connections_take_no_slot() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    #[allow(unsafe_code)]
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped: acting as another user needs root");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let (handle, _store) = start(home.path()).await;
+    let port = handle.port();
+    // As nobody: open twice the cap and hold them; the owner asks at once,
+    // well inside the header timeout that would free their slots.
+    let script = r#"
+for i in $(seq 1 "$2"); do exec {fd}<>"/dev/tcp/127.0.0.1/$1" || exit 1; done
+echo open
+sleep 3
+"#;
+    let mut other = tokio::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["/bin/bash", "-c", script, "bash"])
+        .args([port.to_string(), (2 * CAP).to_string()])
+        .current_dir("/")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv");
+    let mut out = tokio::io::BufReader::new(other.stdout.take().unwrap());
+    let mut line = String::new();
+    tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
+        .await
+        .unwrap();
+    assert_eq!(line.trim(), "open", "nobody's connects went through");
+    assert_eq!(
+        health(port).await,
+        "HTTP/1.1 200 OK",
+        "the owner is served while another user holds connections"
+    );
+    let _ = other.wait().await;
+    handle.shutdown().await;
+}
