@@ -22,7 +22,11 @@
 //! reads `npm_config_*` in either case).
 //!
 //! Not reserved: names that only carry data a server reads as data
-//! (`NODE_ENV`, `GITHUB_TOKEN`, `NODE_AUTH_TOKEN`), and the policy's own
+//! (`NODE_ENV`, `GITHUB_TOKEN`, `NODE_AUTH_TOKEN`); names that choose where
+//! a server connects or which certificates it trusts (`HTTPS_PROXY`,
+//! `SSL_CERT_FILE`, `PIP_INDEX_URL`), which a proxy's credentials may
+//! legitimately be stored as, and which redirect traffic but run no code
+//! by themselves; and the policy's own
 //! per-server `env` names, which the policy file sets (a
 //! `NAME = "vault:SECRET"` entry is how a secret reaches a server under
 //! a reserved-looking name such as LaunchDarkly's `LD_API_KEY`).
@@ -41,8 +45,29 @@ const PREFIXES: &[(&str, &str)] = &[
 
 /// Reserved names (upper case) and what reads them.
 const NAMES: &[(&str, &str)] = &[
-    // Every program: where commands are found, how words split.
+    // Every program: where commands are found, how words split, where its
+    // configuration is (git, npm, pip and ssh read theirs there; a git
+    // config can name commands: core.fsmonitor, core.pager).
     ("PATH", "every program (command search path)"),
+    (
+        "HOME",
+        "every program (its configuration: ~/.gitconfig, ~/.npmrc)",
+    ),
+    (
+        "XDG_CONFIG_HOME",
+        "every program (its configuration: git/config)",
+    ),
+    ("XDG_CONFIG_DIRS", "every program (its configuration)"),
+    ("XDG_DATA_HOME", "every program (its data and plug-ins)"),
+    ("XDG_DATA_DIRS", "every program (its data and plug-ins)"),
+    // Commands programs run for a person.
+    ("EDITOR", "programs that open an editor (a command)"),
+    ("VISUAL", "programs that open an editor (a command)"),
+    ("PAGER", "programs that page output (a command)"),
+    ("LESSOPEN", "less (a command it runs)"),
+    ("LESSCLOSE", "less (a command it runs)"),
+    ("BROWSER", "programs that open a browser (a command)"),
+    ("SHELL", "programs that start a shell (a command)"),
     ("PATHEXT", "Windows (command search)"),
     ("COMSPEC", "Windows (command interpreter)"),
     ("IFS", "the shell (word splitting)"),
@@ -131,6 +156,10 @@ mod tests {
     #[test]
     fn loader_interpreter_and_shell_names_are_reserved() {
         for name in [
+            "XDG_CONFIG_HOME",
+            "HOME",
+            "EDITOR",
+            "LESSOPEN",
             "LD_PRELOAD",
             "LD_LIBRARY_PATH",
             "LD_AUDIT",
