@@ -533,8 +533,14 @@ impl<I: Inspector> Relay<I> {
 
     fn client_message(&mut self, msg: &Message, now_ms: u64, out: &mut Vec<Output>) -> Verdict {
         let MessageKind::Request { id, method } = &msg.kind else {
+            // JSON that is no JSON-RPC message (`123`, `[]`, a batch inside
+            // a batch) is answered, never forwarded: a lenient server could
+            // read it as a call nobody judged. A malformed answer to a
+            // server request is the exception, left to the server.
+            let attempted_answer = msg.value.get("method").is_none()
+                && (msg.value.get("result").is_some() || msg.value.get("error").is_some());
             return match msg.kind {
-                MessageKind::Invalid(why) if msg.value.get("method").is_some() => {
+                MessageKind::Invalid(why) if !attempted_answer => {
                     self.invalid_request(msg, why, out)
                 }
                 _ => Verdict::Forward,
@@ -624,7 +630,7 @@ impl<I: Inspector> Relay<I> {
         };
         let rule = "framing.invalid_request";
         let mut event = EngineEvent::new("frame_dropped", Severity::Medium, action, rule).reason(
-            format!("client sent a request that is not valid JSON-RPC ({why}); {outcome}"),
+            format!("client sent a message that is not valid JSON-RPC ({why}); {outcome}"),
         );
         if let Some(tool) = msg.value.pointer("/params/name").and_then(Value::as_str) {
             event = event.tool(tool);

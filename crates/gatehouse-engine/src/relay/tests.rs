@@ -1532,4 +1532,18 @@ fn a_request_that_is_not_jsonrpc_is_answered_invalid_and_never_judged_past() {
         r.on_client_frame(parse_frame(raw.clone()), 3),
         vec![Output::ToServer(raw)]
     );
+    // JSON that is no message at all, a batch inside a batch included.
+    for raw in [
+        "123",
+        r#""hello""#,
+        "null",
+        "[]",
+        r#"[[{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo"}}]]"#,
+    ] {
+        let out = r.on_client_frame(parse_frame(raw.as_bytes().to_vec()), 4);
+        assert!(to_server(&out).is_empty(), "{raw} is not forwarded");
+        let back = to_client(&out);
+        let answer = back[0].get(0).unwrap_or(&back[0]);
+        assert_eq!(answer["error"]["code"], -32600, "{raw}: {back:?}");
+    }
 }
