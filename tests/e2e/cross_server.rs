@@ -766,7 +766,8 @@ fn concurrent_wraps_of_one_session_allow_exactly_the_limit() {
     }
     // Round 0 starts once every earlier member has acknowledged the later
     // ones (the join protocol); until then a joiner's first check waits.
-    let synced = (0..400).any(|_| {
+    // (Up to 60 s: this file's tests run side by side on two cores.)
+    let synced = (0..1200).any(|_| {
         let sql = "SELECT COUNT(*) FROM session_members; \
                    SELECT COUNT(*) FROM session_members \
                     WHERE id < (SELECT MAX(id) FROM session_members) \
@@ -786,7 +787,7 @@ fn concurrent_wraps_of_one_session_allow_exactly_the_limit() {
     });
     assert!(
         synced,
-        "the {K} wraps joined and acknowledged each other within 20 s"
+        "the {K} wraps joined and acknowledged each other within 60 s"
     );
     // Allowed calls as the store recorded them: (id, time_ms), read every
     // round (the window prunes rows older than its span).

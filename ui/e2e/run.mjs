@@ -48,6 +48,14 @@ await step("a reused sign-in link is refused", async () => {
   await p2.close();
 });
 
+await step("a bad sign-in link never signs a signed-in tab out", async () => {
+  // Any page can navigate this tab to /signin with a token of its choosing.
+  await page.goto(new URL("/signin#t=bogus", URL0).href);
+  await page.getByRole("heading", { level: 1, name: "Overview" }).waitFor();
+  const stored = await page.evaluate(() => sessionStorage.getItem("gatehouse.session"));
+  assert(stored !== null, "the session is kept");
+});
+
 await step("API calls need the bearer header (no ambient credentials)", async () => {
   const [withToken, without] = await page.evaluate(async () => {
     const t = sessionStorage.getItem("gatehouse.session");

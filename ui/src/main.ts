@@ -140,7 +140,12 @@ async function boot(): Promise<void> {
       try {
         await signIn(t);
       } catch {
-        setToken(null);
+        // Any page can navigate a tab here: a link that does not work
+        // never signs a signed-in tab out.
+        if (token()) {
+          await route();
+          return;
+        }
         renderNav("");
         mount(
           mainEl(),

@@ -427,8 +427,14 @@ impl Presence {
     /// one joined.
     async fn refresh_members(&self, len: u64) {
         self.seen_len.store(len, Ordering::Release);
-        if let Err(err) = self.refresh().await {
-            warn!(%err, "could not refresh the session's members");
+        match self.refresh().await {
+            Ok(()) => {}
+            // Busy under load: again at the next poll, not after REFRESH
+            // (a joiner waits for this process's acknowledgement).
+            Err(gatehouse_store::StoreError::Busy) => {
+                self.seen_len.store(u64::MAX, Ordering::Release)
+            }
+            Err(err) => warn!(%err, "could not refresh the session's members"),
         }
     }
 
