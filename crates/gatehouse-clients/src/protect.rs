@@ -232,9 +232,52 @@ pub fn redacted_diff(path: &Path, old: &str, new: &str, secrets: &[String]) -> S
         .to_string();
     let mut secrets: Vec<&String> = secrets.iter().filter(|s| s.len() >= 4).collect();
     secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    for s in secrets {
+    for s in &secrets {
         out = out.replace(s.as_str(), "<redacted>");
     }
+    out.split_inclusive('\n')
+        .map(|line| redact_escaped(line, &secrets))
+        .collect()
+}
+
+/// Quoted strings of one line written with escapes (`"ghp_\u0041…"`,
+/// `"a\/b"`) that hold a secret once decoded: the text never shows it as
+/// written, so the whole string is redacted.
+fn redact_escaped(text: &str, secrets: &[&String]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('"') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        // The closing quote: the first one no backslash escapes.
+        let mut escaped = false;
+        let close = after.char_indices().find_map(|(i, c)| match (escaped, c) {
+            (false, '"') => Some(i),
+            (false, '\\') => {
+                escaped = true;
+                None
+            }
+            _ => {
+                escaped = false;
+                None
+            }
+        });
+        let Some(close) = close else {
+            out.push_str(&rest[open..]);
+            return out;
+        };
+        let literal = &rest[open..open + close + 2];
+        let holds_secret = literal.contains('\\')
+            && serde_json::from_str::<String>(literal)
+                .is_ok_and(|v| secrets.iter().any(|s| v.contains(s.as_str())));
+        out.push_str(if holds_secret {
+            "\"<redacted>\""
+        } else {
+            literal
+        });
+        rest = &rest[open + close + 2..];
+    }
+    out.push_str(rest);
     out
 }
 

@@ -550,6 +550,39 @@ fn dry_run_diff_is_redacted_and_writes_nothing() {
     );
 }
 
+/// A secret written with JSON escapes never shows in a dry run, moved or
+/// not (a reserved name's value stays in the file and in its diff lines).
+#[test]
+fn dry_run_redacts_secrets_written_with_escapes() {
+    let fx = Fixture::new("linux-all");
+    let file = fx
+        .files()
+        .into_iter()
+        .find(|f| f.client.key == "cursor")
+        .unwrap();
+    std::fs::write(
+        &file.path,
+        r#"{ "mcpServers": { "gh": { "command": "npx", "args": ["-y", "srv", "--api-key", "CANARYescArg\u00429XyZ12345abcQ"],
+  "env": { "GITHUB_TOKEN": "ghp_CANARYescGh\u00300000000000000000000000000001", "LD_API_KEY": "CANARYescLd\u00415KlM6789nopQrS", "OTHER_TOKEN": "CANARYescOther\/5KlM6789nopQrS" } } } }"#,
+    )
+    .unwrap();
+    let report = fx
+        .protector()
+        .protect_file(
+            &file,
+            &Options {
+                dry_run: true,
+                ..Options::default()
+            },
+        )
+        .unwrap();
+    let diff = report.diff.expect("a diff");
+    for shown in ["CANARYesc", "ghp_CANARY", "5KlM6789"] {
+        assert!(!diff.contains(shown), "diff shows {shown}:\n{diff}");
+    }
+    assert!(diff.contains("<redacted>"), "{diff}");
+}
+
 #[test]
 fn repair_repoints_wrappers() {
     let fx = Fixture::new("linux-all");
