@@ -860,14 +860,36 @@ impl Protector<'_> {
         // The state first: whatever fails after it, no record names a
         // secret that is gone. The stranded secrets stay in the keyring
         // (named above); their records go with the file's protection.
+        let moved: Vec<(String, Vec<String>)> = state
+            .servers
+            .iter()
+            .filter(|s| ids.contains(&s.id))
+            .map(|s| (s.id.clone(), s.secret_names.clone()))
+            .collect();
         state
             .servers
             .retain(|s| !ids.contains(&s.id) && !gone_ids.contains(&s.id));
         state.files.remove(&key);
         self.state().save(&state)?;
-        for id in &ids {
-            for name in self.vault.list(id).unwrap_or_default() {
-                let _ = self.vault.delete(id, &name);
+        // Only what protect moved is put back and deleted: a secret a person
+        // stored for the server (`vault set`) is theirs, and stays.
+        for (id, names) in &moved {
+            for name in names {
+                let _ = self.vault.delete(id, name);
+            }
+            let kept: Vec<String> = self
+                .vault
+                .list(id)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|n| !names.contains(n))
+                .collect();
+            if !kept.is_empty() {
+                report.notes.push(format!(
+                    "secrets stored for {id} by hand stay in the keyring ({}); \
+                     `gatehouse vault rm {id} NAME` removes one",
+                    kept.join(", ")
+                ));
             }
         }
         // The restore is verified (atomic_write reads it back): the backups

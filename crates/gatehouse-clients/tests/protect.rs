@@ -1069,6 +1069,31 @@ fn a_hand_unwrapped_entry_with_another_command_gets_no_secrets() {
     );
 }
 
+/// Unprotect takes back only what protect moved: a secret a person stored
+/// for the server (`vault set`, the policy-env workaround for a reserved
+/// name) stays, and the note names it.
+#[test]
+fn unprotect_keeps_secrets_stored_by_hand() {
+    let fx = Fixture::new("linux-all");
+    let (p, cursor) = protected_cursor(&fx, HAND_EDITED);
+    let v: serde_json::Value = serde_json::from_str(&read(&cursor.path)).unwrap();
+    let gh = wrapped_id(&v, "gh");
+    let own = gatehouse_vault::Secret::new("ld-own-0123456789".to_string());
+    fx.vault.set(&gh, "LAUNCHDARKLY_API_KEY", own).unwrap();
+
+    let report = p.unprotect_file(&cursor, &Options::default()).unwrap();
+    assert_eq!(
+        fx.vault.list(&gh).unwrap(),
+        vec!["LAUNCHDARKLY_API_KEY".to_string()],
+        "the moved secret is taken back, the person's own stays"
+    );
+    let notes = report.notes.join("\n");
+    assert!(
+        notes.contains("LAUNCHDARKLY_API_KEY") && notes.contains(&gh),
+        "the kept secret is named: {notes}"
+    );
+}
+
 #[test]
 fn unprotect_after_hand_edits_restores_placeholders_and_names_stranded_secrets() {
     let fx = Fixture::new("linux-all");

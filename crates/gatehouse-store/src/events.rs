@@ -45,6 +45,9 @@ pub mod event_types {
     pub const SECRET_SET: &str = "secret_set";
     /// A person deleted a secret (the reason names it).
     pub const SECRET_DELETED: &str = "secret_deleted";
+    /// wrap left a stored secret out of a server's environment (the reason
+    /// names it: a reserved name).
+    pub const SECRET_NOT_INJECTED: &str = "secret_not_injected";
 }
 
 /// Event types whose reason is part of the aggregation key (see the module
@@ -54,8 +57,9 @@ pub mod event_types {
 /// events name the hash that waits for approval: a second changed
 /// definition of one tool is a row of its own, so the hash a person must
 /// approve is always in the events. A secret set or deleted names the
-/// secret in its reason: each name changed is a row of its own, so the
-/// audit log shows every secret a session touched.
+/// secret in its reason: each name changed (or left out of a server's
+/// environment) is a row of its own, so the audit log shows every secret a
+/// session touched.
 pub const REASON_KEYED_TYPES: &[&str] = &[
     event_types::MCP_TOOL_SEEN,
     event_types::MCP_TOOL_CHANGED,
@@ -64,6 +68,7 @@ pub const REASON_KEYED_TYPES: &[&str] = &[
     event_types::PROTECTION_RESUMED,
     event_types::SECRET_SET,
     event_types::SECRET_DELETED,
+    event_types::SECRET_NOT_INJECTED,
 ];
 
 fn reason_keyed(event_type: &str) -> bool {
@@ -975,6 +980,7 @@ mod tests {
         for (t, kind) in [
             (10_000, event_types::SECRET_SET),
             (20_000, event_types::SECRET_DELETED),
+            (30_000, event_types::SECRET_NOT_INJECTED),
         ] {
             let ev = |dt: i64, name: &str| NewEvent {
                 server_id: Some("s".into()),
