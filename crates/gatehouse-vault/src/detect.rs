@@ -262,12 +262,25 @@ pub fn find_arg_secrets(args: &[String]) -> Vec<ArgSecret> {
                 SecretKind::ConnectionString,
                 format!("{}_PASSWORD", env_name(scheme)),
             );
+        } else if let Some((start, kind)) = shaped_after_eq(arg) {
+            // A secret-shaped value after any `NAME=` or `--flag=`
+            // (`FOO=ghp_…`): only the value moves, as after a space.
+            push(i, start..arg.len(), kind, format!("ARG{i}_SECRET"));
         } else if let Some(kind) = classify_value(arg) {
             push(i, 0..arg.len(), kind, format!("ARG{i}_SECRET"));
         }
         i += 1;
     }
     found
+}
+
+/// Where a secret-shaped value after the first `=` of `arg` starts.
+fn shaped_after_eq(arg: &str) -> Option<(usize, SecretKind)> {
+    let (name, value) = arg.split_once('=')?;
+    if is_reference(value) {
+        return None;
+    }
+    classify_value(value).map(|kind| (name.len() + 1, kind))
 }
 
 fn env_name(s: &str) -> String {
@@ -452,6 +465,19 @@ mod tests {
         check_args(
             &["-y", "@modelcontextprotocol/server-filesystem", "/home/me"],
             &[],
+        );
+        // A secret-shaped value after any `NAME=` or `--flag=`.
+        check_args(
+            &[
+                "FOO=ghp_0123456789abcdefghijABCDEF",
+                "--pager=sk-abcdefghijklmnopqrstuvwx",
+                "--mode=fast",
+                "--out=/tmp/x",
+            ],
+            &[
+                (0, "ghp_0123456789abcdefghijABCDEF", "ARG0_SECRET"),
+                (1, "sk-abcdefghijklmnopqrstuvwx", "ARG1_SECRET"),
+            ],
         );
     }
 }
