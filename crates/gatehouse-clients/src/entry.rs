@@ -272,14 +272,8 @@ pub fn plan_entry(view: &EntryView, id: &str, gatehouse_home: &Path) -> Option<E
             .then(b.range.start.cmp(&a.range.start))
     });
     for f in found {
-        // Every stored secret reaches the server's environment by name: a
-        // flag whose name would be a reserved one (`--ld-token` → `LD_TOKEN`)
-        // gets a neutral name instead.
-        let base = if gatehouse_vault::validate_new_name(&f.name).is_ok() {
-            f.name.clone()
-        } else {
-            format!("ARG{}_SECRET", f.arg_index)
-        };
+        // `find_arg_secrets` names it (never a reserved name).
+        let base = f.name.clone();
         let mut name = base.clone();
         let mut n = 2;
         while env_moves

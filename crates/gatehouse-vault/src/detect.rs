@@ -204,6 +204,13 @@ pub struct ArgSecret {
 pub fn find_arg_secrets(args: &[String]) -> Vec<ArgSecret> {
     let mut found: Vec<ArgSecret> = Vec::new();
     let mut push = |arg_index: usize, range: Range<usize>, kind: SecretKind, base: String| {
+        // Every stored secret reaches the server's environment by name: a
+        // flag whose name would be a reserved one (`--ld-token` →
+        // `LD_TOKEN`) gets a neutral name instead.
+        let base = match crate::validate_new_name(&base) {
+            Ok(()) => base,
+            Err(_) => format!("ARG{arg_index}_SECRET"),
+        };
         let mut name = base.clone();
         let mut n = 2;
         while found.iter().any(|f| f.name == name) {
@@ -465,6 +472,11 @@ mod tests {
         check_args(
             &["-y", "@modelcontextprotocol/server-filesystem", "/home/me"],
             &[],
+        );
+        // A flag that would name a reserved variable gets a neutral name.
+        check_args(
+            &["--ld-token", "tok_0123", "--python-secret=x1"],
+            &[(1, "tok_0123", "ARG1_SECRET"), (2, "x1", "ARG2_SECRET")],
         );
         // A secret-shaped value after any `NAME=` or `--flag=`.
         check_args(
