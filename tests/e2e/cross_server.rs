@@ -442,7 +442,8 @@ fn members_of(sb: &Sandbox, server_id: &str) -> String {
 
 fn sql(sb: &Sandbox, query: &str) -> String {
     let out = Command::new("sqlite3")
-        .arg("-readonly")
+        // A wrap that exits folds the write-ahead log in: wait it out.
+        .args(["-cmd", ".timeout 5000", "-readonly"])
         .arg(sb.gatehouse_home().join("gatehouse.db"))
         .arg(query)
         .output()
@@ -773,7 +774,7 @@ fn concurrent_wraps_of_one_session_allow_exactly_the_limit() {
                     WHERE id < (SELECT MAX(id) FROM session_members) \
                       AND synced_id < (SELECT MAX(id) FROM session_members)";
         let out = Command::new("sqlite3")
-            .arg("-readonly")
+            .args(["-cmd", ".timeout 5000", "-readonly"])
             .arg(sb.gatehouse_home().join("gatehouse.db"))
             .arg(sql)
             .output()
@@ -795,7 +796,7 @@ fn concurrent_wraps_of_one_session_allow_exactly_the_limit() {
     let read_recorded = |recorded: &mut Vec<(i64, i64)>| {
         let after = recorded.last().map_or(0, |r| r.0);
         let out = Command::new("sqlite3")
-            .arg("-readonly")
+            .args(["-cmd", ".timeout 5000", "-readonly"])
             .arg(sb.gatehouse_home().join("gatehouse.db"))
             .arg(format!(
                 "SELECT id, time_ms FROM call_window WHERE tool = 'read_note' AND id > {after} ORDER BY id"
