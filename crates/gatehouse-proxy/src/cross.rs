@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use gatehouse_config::{FlowMode as PolicyFlow, Policy, ServerSettings, ToolClass as PolicyClass};
-use gatehouse_engine::cross_server::batch::{self, CallFrame};
+use gatehouse_engine::cross_server::batch;
 use gatehouse_engine::cross_server::{
     self, blocked_value, decision_event, typosquat, ArgMarks, Bucket, BurstSettings, CallFacts,
     CrossDecision, CrossRules, CrossVerdict, FlowMode, FlowSettings, Prior, RateSettings,
@@ -222,38 +222,23 @@ impl Cross {
         relay: &Relay<I>,
         out: &mut Vec<Output>,
     ) {
-        match batch::call_frame(&bytes) {
-            CallFrame::Single(msg) if batch::is_call(&msg) => {
-                match self.check_call(&msg, relay, out).await {
-                    Checked::Forward => out.push(Output::ToServer(bytes)),
-                    Checked::Answer(answer) => out.push(Output::ToClient(
-                        serde_json::to_vec(&answer).unwrap_or_default(),
-                    )),
-                }
-            }
-            CallFrame::Batch(items) => {
-                let mut answers = Vec::with_capacity(items.len());
-                for item in &items {
-                    let answer = if batch::is_call(item) {
-                        match self.check_call(item, relay, out).await {
-                            Checked::Forward => None,
-                            Checked::Answer(answer) => Some(answer),
-                        }
-                    } else {
-                        None
-                    };
-                    answers.push(answer);
-                }
-                let (forward, reply) = batch::assemble(bytes, items, answers);
-                if let Some(forward) = forward {
-                    out.push(Output::ToServer(forward));
-                }
-                if let Some(reply) = reply {
-                    out.push(Output::ToClient(reply));
-                }
-            }
-            _ => out.push(Output::ToServer(bytes)),
+        let Some((items, batched)) = batch::call_frame(&bytes).into_messages() else {
+            return out.push(Output::ToServer(bytes));
+        };
+        let mut answers = Vec::with_capacity(items.len());
+        for item in &items {
+            let answer = match batch::is_call(item) {
+                true => match self.check_call(item, relay, out).await {
+                    Checked::Forward => None,
+                    Checked::Answer(answer) => Some(answer),
+                },
+                false => None,
+            };
+            answers.push(answer);
         }
+        let (forward, reply) = batch::judged(bytes, batched, items, answers);
+        out.extend(forward.map(Output::ToServer));
+        out.extend(reply.map(Output::ToClient));
     }
 
     /// One `tools/call` request (`batch::is_call`): judged, recorded when

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gatehouse_engine::cross_server::batch::{self, CallFrame};
+use gatehouse_engine::cross_server::batch;
 use gatehouse_engine::cross_server::{blocked_value, CrossFinding};
 use gatehouse_engine::{Action, EngineEvent, Output, Severity};
 use gatehouse_protocol::RequestId;
@@ -120,10 +120,8 @@ impl Egress {
     }
 
     fn check_frame(&self, guard: &SecretGuard, bytes: Vec<u8>, out: &mut Vec<Output>) {
-        let (items, batched) = match batch::call_frame(&bytes) {
-            CallFrame::Single(msg) => (vec![msg], false),
-            CallFrame::Batch(items) => (items, true),
-            CallFrame::Other => return out.push(Output::ToServer(bytes)),
+        let Some((items, batched)) = batch::call_frame(&bytes).into_messages() else {
+            return out.push(Output::ToServer(bytes));
         };
         let mut answers = Vec::with_capacity(items.len());
         for item in &items {
@@ -140,15 +138,7 @@ impl Egress {
             };
             answers.push(answer);
         }
-        if !batched {
-            return match answers.pop().flatten() {
-                Some(answer) => out.push(Output::ToClient(
-                    serde_json::to_vec(&answer).unwrap_or_default(),
-                )),
-                None => out.push(Output::ToServer(bytes)),
-            };
-        }
-        let (forward, reply) = batch::assemble(bytes, items, answers);
+        let (forward, reply) = batch::judged(bytes, batched, items, answers);
         out.extend(forward.map(Output::ToServer));
         out.extend(reply.map(Output::ToClient));
     }

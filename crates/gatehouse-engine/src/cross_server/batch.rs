@@ -16,6 +16,18 @@ pub enum CallFrame {
     Other,
 }
 
+impl CallFrame {
+    /// Its messages, and whether they came as a batch; `None` when it is
+    /// not JSON.
+    pub fn into_messages(self) -> Option<(Vec<Value>, bool)> {
+        match self {
+            CallFrame::Single(msg) => Some((vec![msg], false)),
+            CallFrame::Batch(items) => Some((items, true)),
+            CallFrame::Other => None,
+        }
+    }
+}
+
 /// Whether a frame bound for the server may hold a `tools/call`: sound for
 /// every JSON spelling of it. Without a `\u` escape anywhere in the line,
 /// the letters of `tools` can only be written as themselves (`/` may be
@@ -55,6 +67,25 @@ pub fn is_call(msg: &Value) -> bool {
 /// blocked element `i` (None: forward it). Returns the batch to forward
 /// (`raw` itself when nothing was blocked; None when every element was)
 /// and the batch reply to the client (None when nothing was blocked).
+/// A frame after its messages were judged ([`CallFrame::into_messages`]),
+/// as what goes to the server and what goes back to the client: a single
+/// message is forwarded as `raw` or answered alone, a batch as
+/// [`assemble`] splits it.
+pub fn judged(
+    raw: Vec<u8>,
+    batched: bool,
+    items: Vec<Value>,
+    mut answers: Vec<Option<Value>>,
+) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    if batched {
+        return assemble(raw, items, answers);
+    }
+    match answers.pop().flatten() {
+        Some(answer) => (None, Some(serde_json::to_vec(&answer).unwrap_or_default())),
+        None => (Some(raw), None),
+    }
+}
+
 pub fn assemble(
     raw: Vec<u8>,
     items: Vec<Value>,
