@@ -156,11 +156,16 @@ impl Local {
     }
 
     /// This server's calls not yet in the shared window (a hand-over or a
-    /// leave writes these), with their sequence numbers.
-    fn unstored(&self) -> (Vec<u64>, Vec<LocalCall>) {
+    /// leave writes these).
+    fn unstored_entries(&self) -> impl Iterator<Item = &LocalEntry> {
         self.calls
             .iter()
             .filter(|e| e.server.is_none() && !e.stored)
+    }
+
+    /// [`Local::unstored_entries`]' calls, with their sequence numbers.
+    fn unstored(&self) -> (Vec<u64>, Vec<LocalCall>) {
+        self.unstored_entries()
             .map(|e| (e.seq, e.call.clone()))
             .unzip()
     }
@@ -325,9 +330,7 @@ impl Presence {
         let done = if local.alone {
             let now = now_ms();
             let calls: Vec<LocalCall> = local
-                .calls
-                .iter()
-                .filter(|e| e.server.is_none() && !e.stored)
+                .unstored_entries()
                 .filter(|e| keep(e.class, now.saturating_sub(e.call.time_ms)))
                 .map(|e| e.call.clone())
                 .collect();
