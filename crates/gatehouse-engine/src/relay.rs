@@ -430,6 +430,15 @@ impl<I: Inspector> Relay<I> {
         out
     }
 
+    /// What refusing a client frame does now: in audit only (a pause) it
+    /// is forwarded with the event, else answered and not forwarded.
+    fn refusal(&self) -> (bool, Action, &'static str) {
+        match self.settings.audit_only {
+            true => (true, Action::Audit, "audit-only: forwarded"),
+            false => (false, Action::Block, "not forwarded"),
+        }
+    }
+
     /// A client line meant as JSON that Gatehouse cannot read is never
     /// forwarded: a server might read it (`NaN`, a BOM, invalid UTF-8,
     /// 5000 levels) as a call that was never judged. Its sender gets the
@@ -443,11 +452,7 @@ impl<I: Inspector> Relay<I> {
         why: &str,
         out: &mut Vec<Output>,
     ) {
-        let audit = self.settings.audit_only;
-        let (action, outcome) = match audit {
-            true => (Action::Audit, "audit-only: forwarded"),
-            false => (Action::Block, "not forwarded"),
-        };
+        let (audit, action, outcome) = self.refusal();
         out.push(Output::Event(
             EngineEvent::new("frame_dropped", Severity::Medium, action, rule)
                 .reason(format!(
@@ -623,11 +628,7 @@ impl<I: Inspector> Relay<I> {
     /// Request" (with its id when that is a string or a number, else null,
     /// as JSON-RPC says) and not forwarded, except in audit only.
     fn invalid_request(&mut self, msg: &Message, why: &str, out: &mut Vec<Output>) -> Verdict {
-        let audit = self.settings.audit_only;
-        let (action, outcome) = match audit {
-            true => (Action::Audit, "audit-only: forwarded"),
-            false => (Action::Block, "not forwarded"),
-        };
+        let (audit, action, outcome) = self.refusal();
         let rule = "framing.invalid_request";
         let mut event = EngineEvent::new("frame_dropped", Severity::Medium, action, rule).reason(
             format!("client sent a message that is not valid JSON-RPC ({why}); {outcome}"),
