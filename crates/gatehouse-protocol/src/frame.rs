@@ -126,6 +126,14 @@ impl ClassifyName for serde_json::Error {
     }
 }
 
+/// Readies this thread for parsing: the first parse on a thread looks up
+/// its stack bounds (glibc reads `/proc/self/maps` for the main thread),
+/// which otherwise lands on the first frame. Wrap calls it while the
+/// server starts.
+pub fn prepare_thread() {
+    let _ = parse_value("{}");
+}
+
 /// Parses without serde_json's recursion limit; serde_stacker grows the
 /// stack on the heap as needed. From `&str`: the UTF-8 was checked once.
 fn parse_value(text: &str) -> Result<Value, serde_json::Error> {

@@ -17,6 +17,6 @@ pub mod message;
 pub mod peek;
 
 pub use canonical::{canonical_json, tool_hash, HASH_VERSION};
-pub use frame::{json_value, parse_frame, Frame, FrameBody};
+pub use frame::{json_value, parse_frame, prepare_thread, Frame, FrameBody};
 pub use message::{Message, MessageKind, RequestId};
 pub use peek::{peek, Peek, PeekKind};

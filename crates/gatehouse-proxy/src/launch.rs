@@ -27,6 +27,7 @@ use gatehouse_store::{LaunchCheck, LaunchPin, MacKey, Store};
 use sha2::{Digest, Sha256};
 use tracing::debug;
 
+use crate::ready::AfterReady;
 use crate::wrap::{now_ms, Recorder};
 
 /// What a held launch's blocked calls and stderr say.
@@ -51,7 +52,7 @@ pub(crate) struct Checked {
 
 /// Records this launch and judges it. A first launch (nothing recorded
 /// yet) is never held and is judged in the background, off the start-up
-/// path.
+/// path; the record is written once `after` opens.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn check(
     store: &Store,
@@ -62,6 +63,7 @@ pub(crate) async fn check(
     recorded: Option<&LaunchPin>,
     hold: bool,
     recorder: &Recorder,
+    after: AfterReady,
 ) -> Checked {
     let known = hold
         && (recorded.is_some()
@@ -75,6 +77,7 @@ pub(crate) async fn check(
         let (store, key, server_id) = (store.clone(), key.clone(), server_id.to_string());
         let (exe, argv, recorder) = (exe.to_path_buf(), argv.to_vec(), recorder.clone());
         let recording = tokio::spawn(async move {
+            after.wait().await;
             let (pin, unversioned) = launch_pin(&store, &server_id, &exe, &argv).await;
             let mut held = false;
             if hold {
@@ -112,6 +115,7 @@ pub(crate) async fn check(
     let recording = {
         let (store, server_id, recorder) = (store.clone(), server_id.to_string(), recorder.clone());
         tokio::spawn(async move {
+            after.wait().await;
             record(&store, &server_id, pin, unversioned, held, &recorder).await;
         })
     };

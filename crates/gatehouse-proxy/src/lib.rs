@@ -23,6 +23,7 @@ pub mod memory;
 mod outbox;
 mod pause;
 mod presence;
+mod ready;
 pub mod session;
 mod stdio;
 pub mod wrap;

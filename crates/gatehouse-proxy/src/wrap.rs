@@ -203,6 +203,8 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let Some(exe) = child::resolve_program(&program, path_var.as_ref(), &cwd) else {
         return Err(start_failed(&recorder, WrapError::CommandNotFound(program)).await);
     };
+    // Start-up writes wait until the relay runs (crate::ready).
+    let (relay_ready, after_ready) = crate::ready::gate();
     // Launch pinning (DESIGN §6): a changed executable, script or package
     // is held under on_launch_change = "hold" — no secrets, no tools —
     // until a person approves it.
@@ -217,6 +219,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 registered.as_ref().and_then(|s| s.launch.as_ref()),
                 policy.pinning.on_launch_change == gatehouse_config::OnLaunchChange::Hold,
                 &recorder,
+                after_ready.clone(),
             )
             .await;
             (checked.held, Some(checked.recording))
@@ -362,6 +365,15 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     };
     drop(args);
     drop(env);
+    // A matched identity was only read; its last-seen time is written now,
+    // off the start-up path (a launch record writes it anyway).
+    if let (Some(store), Some(Identity::Match), None) = (&store, &identity, &launch_recording) {
+        let (store, id, after) = (store.clone(), opts.server_id.clone(), after_ready.clone());
+        tokio::spawn(async move {
+            after.wait().await;
+            store.seen(&id, now_ms() as i64).await
+        });
+    }
 
     // Secret egress guard (issue 6): publish ours, guard the others'.
     let mut egress = crate::egress::Egress::start(
@@ -423,10 +435,13 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         Start::Refuse { rule, reason } => {
             relay.refuse(&rule, &reason);
             eprintln!("gatehouse: refusing to start {server_name}: {reason} ({rule})");
+            relay_ready.open();
             return refuse_loop(relay, &recorder, max_frame).await;
         }
     };
     scanner_start.start();
+    relay_ready.open();
+    gatehouse_protocol::prepare_thread();
     let child_stdin = child
         .stdin
         .take()

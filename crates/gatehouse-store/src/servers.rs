@@ -195,8 +195,9 @@ impl Store {
 
     /// Binds `server_id` to `command_hash` if the id is unknown (atomically:
     /// of processes racing with different commands, exactly one binds the
-    /// id and the others see `Mismatch`), otherwise compares. A match
-    /// refreshes `last_seen_ms`; the common case is one statement.
+    /// id and the others see `Mismatch`), otherwise compares. A known id is
+    /// only read — no write, so no journal sync, on wrap's start-up path;
+    /// [`Store::seen`] refreshes `last_seen_ms` afterwards.
     pub async fn check_identity(
         &self,
         server_id: &str,
@@ -208,14 +209,12 @@ impl Store {
                 "server id and command hash are required",
             ));
         }
-        // One statement: bind a new id, or refresh a matching one. A
-        // mismatch changes nothing and returns no row.
+        if let Some(recorded) = self.recorded_command(server_id).await? {
+            return Ok(identity_of(recorded, command_hash));
+        }
         let bound: Option<i64> = sqlx::query_scalar(
             "INSERT INTO servers (id, origin, command_hash, first_seen_ms, last_seen_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?4) \
-             ON CONFLICT (id) DO UPDATE SET last_seen_ms = MAX(last_seen_ms, excluded.last_seen_ms) \
-             WHERE command_hash = excluded.command_hash \
-             RETURNING first_seen_ms",
+             VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (id) DO NOTHING RETURNING 1",
         )
         .bind(server_id)
         .bind(ServerOrigin::Wrap.as_str())
@@ -223,23 +222,34 @@ impl Store {
         .bind(now_ms)
         .fetch_optional(self.pool())
         .await?;
-        match bound {
-            // A second start within the first one's millisecond reads as
-            // first seen too; only a mismatch changes what wrap does.
-            Some(first_seen_ms) if first_seen_ms == now_ms => return Ok(Identity::FirstSeen),
-            Some(_) => return Ok(Identity::Match),
-            None => {}
+        if bound.is_some() {
+            return Ok(Identity::FirstSeen);
         }
-        let recorded: Option<String> =
+        // Another process bound it between our statements.
+        match self.recorded_command(server_id).await? {
+            Some(recorded) => Ok(identity_of(recorded, command_hash)),
+            // ... and it was deleted since: unknown, never a match.
+            None => Err(crate::StoreError::NotFound { what: "server" }),
+        }
+    }
+
+    /// Refreshes `last_seen_ms` of a server whose identity matched.
+    pub async fn seen(&self, server_id: &str, now_ms: i64) -> Result<()> {
+        sqlx::query("UPDATE servers SET last_seen_ms = MAX(last_seen_ms, ?) WHERE id = ?")
+            .bind(now_ms)
+            .bind(server_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    async fn recorded_command(&self, server_id: &str) -> Result<Option<String>> {
+        Ok(
             sqlx::query_scalar("SELECT command_hash FROM servers WHERE id = ?")
                 .bind(server_id)
                 .fetch_optional(self.pool())
-                .await?;
-        match recorded {
-            Some(recorded_hash) => Ok(Identity::Mismatch { recorded_hash }),
-            // Deleted between our statements: treat as unknown, never as a match.
-            None => Err(crate::StoreError::NotFound { what: "server" }),
-        }
+                .await?,
+        )
     }
 
     /// Records what was executed for `server_id` and returns the previous
@@ -320,6 +330,15 @@ impl Store {
         .fetch_all(self.pool())
         .await?;
         rows.into_iter().map(Server::try_from).collect()
+    }
+}
+
+/// A bound id's identity for `command_hash`.
+fn identity_of(recorded_hash: String, command_hash: &str) -> Identity {
+    if recorded_hash == command_hash {
+        Identity::Match
+    } else {
+        Identity::Mismatch { recorded_hash }
     }
 }
 
@@ -417,6 +436,7 @@ mod tests {
         };
         assert_eq!(check("a", "h1", 10).await, Identity::FirstSeen);
         assert_eq!(check("a", "h1", 20).await, Identity::Match);
+        store.seen("a", 20).await.unwrap();
         assert_eq!(
             check("a", "evil", 30).await,
             Identity::Mismatch {
