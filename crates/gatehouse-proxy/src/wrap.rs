@@ -135,12 +135,15 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
 
     // Identity: the id is bound to the launch command the first time.
     let command_hash = launch_command_hash(&opts.argv);
-    let identity = match &store {
-        Some(s) => s
-            .check_identity(&opts.server_id, &command_hash, now_ms() as i64)
+    let (identity, registered) = match &store {
+        Some(s) => match s
+            .identify(&opts.server_id, &command_hash, now_ms() as i64)
             .await
-            .ok(),
-        None => None,
+        {
+            Ok((identity, registered)) => (Some(identity), registered),
+            Err(_) => (None, None),
+        },
+        None => (None, None),
     };
     let mismatch = matches!(identity, Some(Identity::Mismatch { .. }));
     let pin_server_id = if mismatch {
@@ -148,10 +151,6 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         format!("{}~{}", opts.server_id, &command_hash[7..19])
     } else {
         opts.server_id.clone()
-    };
-    let registered = match &store {
-        Some(s) => s.get_server(&opts.server_id).await.ok().flatten(),
-        None => None,
     };
     let server_name = registered
         .as_ref()

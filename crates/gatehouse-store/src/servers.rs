@@ -233,6 +233,23 @@ impl Store {
         }
     }
 
+    /// [`Store::check_identity`] together with the server's row: one read
+    /// for a known id (wrap's start-up path).
+    pub async fn identify(
+        &self,
+        server_id: &str,
+        command_hash: &str,
+        now_ms: i64,
+    ) -> Result<(Identity, Option<Server>)> {
+        if let Ok(Some(server)) = self.get_server(server_id).await {
+            let identity = identity_of(server.command_hash.clone(), command_hash);
+            return Ok((identity, Some(server)));
+        }
+        // Unknown, or a row that does not read back: the binding decides.
+        let identity = self.check_identity(server_id, command_hash, now_ms).await?;
+        Ok((identity, self.get_server(server_id).await.ok().flatten()))
+    }
+
     /// Refreshes `last_seen_ms` of a server whose identity matched.
     pub async fn seen(&self, server_id: &str, now_ms: i64) -> Result<()> {
         sqlx::query("UPDATE servers SET last_seen_ms = MAX(last_seen_ms, ?) WHERE id = ?")
@@ -462,6 +479,32 @@ mod tests {
                 recorded_hash: "hp".into()
             }
         );
+    }
+
+    #[tokio::test]
+    async fn identify_reads_a_known_id_once_and_binds_an_unknown_one() {
+        let store = mem().await;
+        let (first, row) = store.identify("a", "h1", 10).await.unwrap();
+        assert_eq!(first, Identity::FirstSeen);
+        assert_eq!(row.unwrap().first_seen_ms, 10, "the new row comes back");
+        let (again, row) = store.identify("a", "h1", 20).await.unwrap();
+        assert_eq!(again, Identity::Match);
+        assert_eq!(row.unwrap().last_seen_ms, 10, "a known id is only read");
+        let (other, _) = store.identify("a", "evil", 30).await.unwrap();
+        assert_eq!(
+            other,
+            Identity::Mismatch {
+                recorded_hash: "h1".into()
+            }
+        );
+        // A row that does not read back is still compared by its hash.
+        sqlx::query("UPDATE servers SET origin = 'bogus' WHERE id = 'a'")
+            .execute(store.pool())
+            .await
+            .unwrap();
+        assert!(store.get_server("a").await.is_err());
+        let (broken, row) = store.identify("a", "evil", 40).await.unwrap();
+        assert!(matches!(broken, Identity::Mismatch { .. }) && row.is_none());
     }
 
     #[tokio::test]
