@@ -350,7 +350,9 @@ impl<I: Inspector> Relay<I> {
         now_ms: u64,
         out: &mut Vec<Output>,
     ) {
-        let mut forward = Vec::new();
+        // What goes on, with its rewrite if any; written out only when the
+        // frame changed (an untouched frame goes on as its raw bytes).
+        let mut forward: Vec<(Message, Option<Value>)> = Vec::new();
         let mut answers = Vec::new();
         let mut untouched = true;
         for msg in items {
@@ -359,10 +361,10 @@ impl<I: Inspector> Relay<I> {
                 Side::Server => self.server_message(&msg, now_ms, out),
             };
             match verdict {
-                Verdict::Forward => forward.push(message_line(&msg.value, msg.id())),
+                Verdict::Forward => forward.push((msg, None)),
                 Verdict::Rewrite(v) => {
                     untouched = false;
-                    forward.push(message_line(&v, msg.id()))
+                    forward.push((msg, Some(v)))
                 }
                 Verdict::Answer(v) => {
                     untouched = false;
@@ -390,7 +392,11 @@ impl<I: Inspector> Relay<I> {
             }
         };
         if !forward.is_empty() {
-            out.push(from.forward(line(forward)));
+            let lines = forward
+                .iter()
+                .map(|(msg, v)| message_line(v.as_ref().unwrap_or(&msg.value), msg.id()))
+                .collect();
+            out.push(from.forward(line(lines)));
         }
         if !answers.is_empty() {
             out.push(from.answer(line(answers)));

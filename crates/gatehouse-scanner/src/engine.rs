@@ -1316,12 +1316,26 @@ fn invisible_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
 }
 
 fn padding_check(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
+    // ASCII text is read byte by byte, without decoding UTF-8.
+    if cx.raw.is_ascii() {
+        let chars = cx.raw.bytes().enumerate().map(|(i, b)| (i, char::from(b)));
+        padding_runs(cx, mods, chars)
+    } else {
+        padding_runs(cx, mods, cx.raw.char_indices())
+    }
+}
+
+fn padding_runs(
+    cx: &mut Ctx<'_>,
+    mods: &mut Modifiers,
+    chars: impl Iterator<Item = (usize, char)>,
+) {
     let raw = cx.raw;
     let mut run_start = None;
     let mut blanks = 0usize;
     let mut newlines = 0usize;
     let mut exotic = 0usize;
-    for (i, c) in raw.char_indices() {
+    for (i, c) in chars {
         if is_blank(c) {
             if run_start.is_none() {
                 run_start = Some(i);

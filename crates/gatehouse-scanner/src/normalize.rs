@@ -459,10 +459,8 @@ fn fold_raw(raw: &str) -> String {
 /// Whether `raw` says "rot13", "rot-13" or "rot 13" (any case): one pass.
 fn names_rot13(raw: &str) -> bool {
     let bytes = raw.as_bytes();
-    bytes.iter().enumerate().any(|(i, b)| {
-        if !b.eq_ignore_ascii_case(&b'r') {
-            return false;
-        }
+    // Only where an `r` or `R` is (memchr).
+    memchr::memchr2_iter(b'r', b'R', bytes).any(|i| {
         let rest = &bytes[i..];
         if rest.len() < 5 || !rest[..3].eq_ignore_ascii_case(b"rot") {
             return false;
@@ -743,9 +741,10 @@ fn percent_layers(raw: &str, out: &mut Vec<Layer>) {
     let bytes = raw.as_bytes();
     let mut i = 0;
     while i < bytes.len() && out.len() < MAX_LAYERS {
-        if bytes[i] != b'%' {
-            i += 1;
-            continue;
+        // Straight to the next `%` (memchr) rather than byte by byte.
+        match memchr::memchr(b'%', &bytes[i..]) {
+            Some(at) => i += at,
+            None => break,
         }
         // token boundaries: expand over non-space
         let mut start = i;
@@ -792,7 +791,15 @@ fn hex_layers(raw: &str, out: &mut Vec<Layer>) {
     let bytes = raw.as_bytes();
     let mut i = 0;
     while i + 3 < bytes.len() && out.len() < MAX_LAYERS {
-        if !(bytes[i] == b'\\' && (bytes[i + 1] == b'x' || bytes[i + 1] == b'X')) {
+        if bytes[i] != b'\\' {
+            // Straight to the next backslash (memchr): only `\x` starts one.
+            match memchr::memchr(b'\\', &bytes[i..]) {
+                Some(at) => i += at,
+                None => break,
+            }
+            continue;
+        }
+        if !(bytes[i + 1] == b'x' || bytes[i + 1] == b'X') {
             i += 1;
             continue;
         }

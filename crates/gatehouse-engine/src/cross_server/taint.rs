@@ -92,12 +92,20 @@ impl TaintKey {
         let mut window = Window::default();
         let mut h = 0u64;
         for (i, &b) in text.iter().enumerate() {
+            let new = (b, data(&mut entering, i));
             if i >= GRAM {
                 let old = text[i - GRAM];
-                window.remove(old, data(&mut leaving, i - GRAM));
-                h = h.wrapping_sub((u64::from(old) + 1).wrapping_mul(pow));
+                let old = (old, data(&mut leaving, i - GRAM));
+                // A byte replaced by the same byte leaves the counts as they
+                // are (runs of one byte are common: indentation, rules).
+                if old != new {
+                    window.remove(old.0, old.1);
+                    window.add(new.0, new.1);
+                }
+                h = h.wrapping_sub((u64::from(old.0) + 1).wrapping_mul(pow));
+            } else {
+                window.add(new.0, new.1);
             }
-            window.add(b, data(&mut entering, i));
             h = h.wrapping_mul(self.mul).wrapping_add(u64::from(b) + 1);
             if i + 1 >= GRAM && window.informative() {
                 out(self.finish(h));
@@ -224,10 +232,14 @@ fn token_char(c: char) -> bool {
 /// has any: `_Wq7mT2xLp9Rk`, `Wq7mT2xLp9Rk_x` and `e.com/c/Wq7mT2xLp9Rk`
 /// all hold the piece `Wq7mT2xLp9Rk`.
 fn pieces(token: &str) -> impl Iterator<Item = &str> {
-    let whole = token.contains(|c: char| !c.is_alphanumeric());
-    token
+    // A token without separators is not walked a second time.
+    let split = match token.contains(|c: char| !c.is_alphanumeric()) {
+        true => token,
+        false => "",
+    };
+    split
         .split(|c: char| !c.is_alphanumeric())
-        .filter(move |p| whole && !p.is_empty())
+        .filter(|p| !p.is_empty())
 }
 
 /// Labels after which the next token is a secret whatever it looks like.
@@ -265,15 +277,13 @@ fn is_label(tok: &str, l: &str) -> bool {
 /// A password, key or id: long enough and not a plain word. Labelled tokens
 /// (`password: hunter2x`) count from 6 characters.
 pub fn is_distinctive(token: &str, labelled: bool) -> bool {
-    // One pass over the token (a result's token can be megabytes long).
-    let (mut len, mut letters, mut digits, mut upper, mut lower) = (0, 0, 0, 0, 0);
-    for c in token.chars() {
-        len += 1;
-        letters += usize::from(c.is_alphabetic());
-        digits += usize::from(c.is_ascii_digit());
-        upper += usize::from(c.is_uppercase());
-        lower += usize::from(c.is_lowercase());
-    }
+    // One pass over the token (a result's token can be megabytes long);
+    // an ASCII token is read byte by byte, without decoding UTF-8.
+    let (len, letters, digits, upper, lower) = if token.is_ascii() {
+        tally(token.bytes().map(char::from))
+    } else {
+        tally(token.chars())
+    };
     if labelled && len >= 6 {
         return true;
     }
@@ -282,6 +292,19 @@ pub fn is_distinctive(token: &str, labelled: bool) -> bool {
     }
     let mixed_case = upper > 0 && lower > 0 && upper + lower == letters && upper > 1;
     (letters > 0 && digits > 0) || (len >= 20 && mixed_case) || (len >= 12 && digits == len)
+}
+
+/// Characters, letters, ASCII digits, upper- and lowercase letters.
+fn tally(chars: impl Iterator<Item = char>) -> (usize, usize, usize, usize, usize) {
+    let (mut len, mut letters, mut digits, mut upper, mut lower) = (0, 0, 0, 0, 0);
+    for c in chars {
+        len += 1;
+        letters += usize::from(c.is_alphabetic());
+        digits += usize::from(c.is_ascii_digit());
+        upper += usize::from(c.is_uppercase());
+        lower += usize::from(c.is_lowercase());
+    }
+    (len, letters, digits, upper, lower)
 }
 
 /// The window hashes a result keeps: every distinct one whose low `shift`
