@@ -675,11 +675,11 @@ impl<I: Inspector> Relay<I> {
             }
             return Verdict::Park;
         }
+        // Borrowed: a call's arguments can be as large as the frame.
         let arguments = msg
             .params()
             .and_then(|p| p.get("arguments"))
-            .cloned()
-            .unwrap_or(Value::Null);
+            .unwrap_or(&Value::Null);
         let block = match self.tools.get(tool) {
             None => Some((
                 "tool.unknown",
@@ -698,7 +698,7 @@ impl<I: Inspector> Relay<I> {
                     if let ToolRule::Block { rule, reason } =
                         self.settings
                             .policy
-                            .tool_decision(tool, Some(&seen.hash), &arguments)
+                            .tool_decision(tool, Some(&seen.hash), arguments)
                     {
                         return self.block_call(id, tool, &rule, Severity::High, &reason, out);
                     }
@@ -713,7 +713,7 @@ impl<I: Inspector> Relay<I> {
                 match self
                     .settings
                     .policy
-                    .tool_decision(tool, Some(&seen.hash), &arguments)
+                    .tool_decision(tool, Some(&seen.hash), arguments)
                 {
                     ToolRule::Allow => None,
                     ToolRule::Audit { rule, reason } => {
@@ -1663,10 +1663,10 @@ impl<I: Inspector> Relay<I> {
         msg: &Message,
         out: &mut Vec<Output>,
     ) -> Verdict {
-        let params = msg.params().cloned().unwrap_or(Value::Null);
+        let params = msg.params().unwrap_or(&Value::Null);
         match method {
-            "elicitation/create" => self.elicitation(id, msg, &params, out),
-            "sampling/createMessage" => self.sampling(id, msg, &params, out),
+            "elicitation/create" => self.elicitation(id, msg, params, out),
+            "sampling/createMessage" => self.sampling(id, msg, params, out),
             "roots/list" => self.roots(id, out),
             _ => Verdict::Forward,
         }
