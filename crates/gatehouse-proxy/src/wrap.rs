@@ -438,7 +438,10 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             return refuse_loop(relay, &recorder, max_frame).await;
         }
     };
-    scanner_start.start();
+    // The scanner's build starts when the server first speaks: started
+    // with the server, it took a CPU from the server's own start-up here
+    // (2 cores), delaying its first answer by milliseconds.
+    let mut scanner_start = Some(scanner_start);
     relay_ready.open();
     gatehouse_protocol::prepare_thread();
     let child_stdin = child
@@ -567,14 +570,19 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                     Vec::new()
                 }
             },
-            line = next_line(&mut server_lines), if client_out.has_room() => match line {
-                Line::Frame(bytes) => relay.on_server_frame(parse_frame(bytes), now_ms()),
-                Line::Oversized(skipped) => {
-                    let peeked = peek(&skipped.head, &skipped.tail);
-                    relay.on_server_oversized(skipped.len, max_frame, peeked, now_ms())
+            line = next_line(&mut server_lines), if client_out.has_room() => {
+                if let Some(start) = scanner_start.take() {
+                    start.start();
                 }
-                Line::Eof => break None,
-            },
+                match line {
+                    Line::Frame(bytes) => relay.on_server_frame(parse_frame(bytes), now_ms()),
+                    Line::Oversized(skipped) => {
+                        let peeked = peek(&skipped.head, &skipped.tail);
+                        relay.on_server_oversized(skipped.len, max_frame, peeked, now_ms())
+                    }
+                    Line::Eof => break None,
+                }
+            }
             Some(pins) = pins_rx.recv() => relay.on_pins_reloaded(pins, now_ms()),
             Ok(()) = reloads.changed() => match reloads.borrow_and_update().clone() {
                 Some(pins) => relay.on_pins_reloaded(pins, now_ms()),
