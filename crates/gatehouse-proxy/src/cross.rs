@@ -56,6 +56,8 @@ pub struct Cross {
     presence: Option<Arc<Presence>>,
     /// The join, while it runs in the background.
     joining: Option<JoinHandle<Option<Arc<Presence>>>>,
+    /// Lets the background join begin (`start_joining`).
+    join_opener: Option<crate::ready::Opener>,
     me: CrossIdentity,
     rules: CrossRules,
     policy: Policy,
@@ -125,16 +127,18 @@ fn id_key(id: &Value) -> String {
 impl Cross {
     pub fn new(
         store: Option<Store>,
-        joining: Option<JoinHandle<Option<Arc<Presence>>>>,
+        joining: Option<(JoinHandle<Option<Arc<Presence>>>, crate::ready::Opener)>,
         me: CrossIdentity,
         policy: &Policy,
         rules: CrossRules,
         key: TaintKey,
     ) -> Cross {
+        let (joining, join_opener) = joining.unzip();
         Cross {
             store,
             presence: None,
             joining,
+            join_opener,
             rules,
             policy: policy.clone(),
             key,
@@ -441,8 +445,17 @@ impl Cross {
         }
     }
 
+    /// Lets the background join begin (it waits for this, so that it does
+    /// not compete with the server's start-up).
+    pub fn start_joining(&mut self) {
+        if let Some(opener) = self.join_opener.take() {
+            opener.open();
+        }
+    }
+
     /// Finishes the background join (once).
     async fn joined(&mut self) {
+        self.start_joining();
         if let Some(join) = self.joining.take() {
             self.presence = join.await.ok().flatten();
         }

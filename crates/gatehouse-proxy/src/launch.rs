@@ -27,7 +27,7 @@ use gatehouse_store::{LaunchCheck, LaunchPin, MacKey, Store};
 use sha2::{Digest, Sha256};
 use tracing::debug;
 
-use crate::ready::AfterReady;
+use crate::ready::Gate;
 use crate::wrap::{now_ms, Recorder};
 
 /// What a held launch's blocked calls and stderr say.
@@ -63,7 +63,7 @@ pub(crate) async fn check(
     recorded: Option<&LaunchPin>,
     hold: bool,
     recorder: &Recorder,
-    after: AfterReady,
+    after: Gate,
 ) -> Checked {
     let known = hold
         && (recorded.is_some()

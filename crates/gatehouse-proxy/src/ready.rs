@@ -1,28 +1,29 @@
-//! Start-up writes that can wait until the relay runs: on wrap's one
-//! database connection they would otherwise delay the reads the relay's
-//! set-up needs (the first write of a process also syncs the journal).
+//! Start-up work that waits for a moment: writes wait until the relay runs
+//! (on wrap's one database connection they would otherwise delay the reads
+//! the relay's set-up needs; the first write of a process also syncs the
+//! journal), the session join until the server first speaks.
 
 use tokio::sync::watch;
 
-/// Opened once the relay handles frames (or wrap gave up starting it).
-pub(crate) struct RelayReady(watch::Sender<bool>);
+/// Opens the gate; dropping it opens it too (nothing is left to wait for).
+pub struct Opener(watch::Sender<bool>);
 
 /// What deferred work waits on.
 #[derive(Clone)]
-pub(crate) struct AfterReady(watch::Receiver<bool>);
+pub struct Gate(watch::Receiver<bool>);
 
-pub(crate) fn gate() -> (RelayReady, AfterReady) {
+pub(crate) fn gate() -> (Opener, Gate) {
     let (tx, rx) = watch::channel(false);
-    (RelayReady(tx), AfterReady(rx))
+    (Opener(tx), Gate(rx))
 }
 
-impl RelayReady {
+impl Opener {
     pub(crate) fn open(&self) {
         self.0.send_replace(true);
     }
 }
 
-impl AfterReady {
+impl Gate {
     /// Returns once the gate is open, or its opener is gone.
     pub(crate) async fn wait(mut self) {
         let _ = self.0.wait_for(|open| *open).await;
