@@ -174,6 +174,13 @@ impl Store {
         baseline: Option<&str>,
         now_ms: i64,
     ) -> Result<LaunchCheck> {
+        // The common case, this very launch approved and nothing waiting,
+        // is one read: no write lock on wrap's start-up path.
+        if let Some(row) = self.launch_approval(key, server_id).await? {
+            if row.approved.as_deref() == Some(fingerprint) && row.pending.is_none() {
+                return Ok(LaunchCheck::Approved);
+            }
+        }
         let _gate = self.write_gate().await;
         let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
         let row = read(key, &mut tx, server_id).await?;
@@ -318,6 +325,29 @@ mod tests {
             ),
             "nothing waits any more"
         );
+    }
+
+    #[tokio::test]
+    async fn a_launch_changed_back_clears_what_waited() {
+        let store = mem().await;
+        let (a, b) = (
+            pin("sha256:aa").fingerprint(),
+            pin("sha256:bb").fingerprint(),
+        );
+        let key = key();
+        for (fp, held) in [(&a, false), (&b, true), (&a, false)] {
+            let check = store
+                .check_launch_approval(&key, "s", fp, "{}", None, 1)
+                .await
+                .unwrap();
+            assert_eq!(matches!(check, LaunchCheck::Held { .. }), held, "{fp}");
+        }
+        let row = store.launch_approval(&key, "s").await.unwrap().unwrap();
+        assert_eq!(
+            row.pending, None,
+            "the approved launch is back: nothing waits"
+        );
+        assert_eq!(row.approved.as_deref(), Some(a.as_str()));
     }
 
     #[tokio::test]
