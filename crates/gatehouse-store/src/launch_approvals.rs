@@ -273,13 +273,18 @@ mod tests {
         }
     }
 
+    /// Fingerprints of two different launches of one server.
+    fn two_launches() -> (String, String) {
+        (
+            pin("sha256:aa").fingerprint(),
+            pin("sha256:bb").fingerprint(),
+        )
+    }
+
     #[tokio::test]
     async fn first_sight_is_approved_a_change_is_held_until_approved() {
         let store = mem().await;
-        let (a, b) = (
-            pin("sha256:aa").fingerprint(),
-            pin("sha256:bb").fingerprint(),
-        );
+        let (a, b) = two_launches();
         assert_ne!(a, b);
         let check = |fp: String| {
             let store = store.clone();
@@ -330,10 +335,7 @@ mod tests {
     #[tokio::test]
     async fn a_launch_changed_back_clears_what_waited() {
         let store = mem().await;
-        let (a, b) = (
-            pin("sha256:aa").fingerprint(),
-            pin("sha256:bb").fingerprint(),
-        );
+        let (a, b) = two_launches();
         let key = key();
         for (fp, held) in [(&a, false), (&b, true), (&a, false)] {
             let check = store
@@ -353,10 +355,7 @@ mod tests {
     #[tokio::test]
     async fn a_recorded_launch_from_before_approvals_is_the_baseline() {
         let store = mem().await;
-        let (a, b) = (
-            pin("sha256:aa").fingerprint(),
-            pin("sha256:bb").fingerprint(),
-        );
+        let (a, b) = two_launches();
         assert_eq!(
             store
                 .check_launch_approval(&key(), "s", &b, "{}", Some(&a), 1)
