@@ -364,14 +364,16 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     };
     drop(args);
     drop(env);
-    // A matched identity was only read; its last-seen time is written now,
-    // off the start-up path (a launch record writes it anyway).
-    if let (Some(store), Some(Identity::Match), None) = (&store, &identity, &launch_recording) {
+    // A matched identity was only read; its last-seen time is written once
+    // the relay runs (a launch record writes it anyway), and awaited on the
+    // way out like the launch record.
+    let mut start_record = launch_recording;
+    if let (Some(store), Some(Identity::Match), None) = (&store, &identity, &start_record) {
         let (store, id, after) = (store.clone(), opts.server_id.clone(), after_ready.clone());
-        tokio::spawn(async move {
+        start_record = Some(tokio::spawn(async move {
             after.wait().await;
-            store.seen(&id, now_ms() as i64).await
-        });
+            let _ = store.seen(&id, now_ms() as i64).await;
+        }));
     }
 
     // Secret egress guard (issue 6): publish ours, guard the others'.
@@ -674,7 +676,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     }
     cross.leave().await;
     inbox.leave().await;
-    if let Some(recording) = launch_recording {
+    if let Some(recording) = start_record {
         let _ = tokio::time::timeout(STOP_GRACE, recording).await;
     }
     recorder.finish().await;
