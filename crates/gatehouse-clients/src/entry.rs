@@ -329,6 +329,28 @@ mod tests {
         items.iter().map(|x| x.to_string()).collect()
     }
 
+    /// A plain `npx` stdio entry under `mcpServers` with literal env values.
+    fn npx_view(name: &str, args: &[&str], env: &[(&str, &str)]) -> EntryView {
+        EntryView {
+            container: s(&["mcpServers"]),
+            name: name.into(),
+            kind: EntryKind::Stdio {
+                command: "npx".into(),
+                args: s(args),
+            },
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), Some(v.to_string())))
+                .collect(),
+            env_file: false,
+            remote_dev: false,
+            malformed: None,
+            headers: vec![],
+            wrapped: None,
+            pass_through: vec![],
+        }
+    }
+
     #[test]
     fn recognises_wrapping() {
         let args = s(&[
@@ -374,25 +396,15 @@ mod tests {
 
     #[test]
     fn plans_moves_and_placeholders() {
-        let view = EntryView {
-            container: s(&["mcpServers"]),
-            name: "pg".into(),
-            kind: EntryKind::Stdio {
-                command: "npx".into(),
-                args: s(&["-y", "mcp-postgres", "postgresql://me:pw123456@db/app"]),
-            },
-            env: vec![
-                ("GITHUB_TOKEN".into(), Some("ghp_abc".into())),
-                ("LOG".into(), Some("debug".into())),
-                ("K".into(), Some("${input:k}".into())),
+        let view = npx_view(
+            "pg",
+            &["-y", "mcp-postgres", "postgresql://me:pw123456@db/app"],
+            &[
+                ("GITHUB_TOKEN", "ghp_abc"),
+                ("LOG", "debug"),
+                ("K", "${input:k}"),
             ],
-            env_file: false,
-            remote_dev: false,
-            malformed: None,
-            headers: vec![],
-            wrapped: None,
-            pass_through: vec![],
-        };
+        );
         let plan = plan_entry(&view, "srv_1", Path::new("/gh")).unwrap();
         assert_eq!(
             plan.secret_names(),
@@ -437,24 +449,14 @@ mod tests {
 
     #[test]
     fn reserved_names_never_become_secrets() {
-        let view = EntryView {
-            container: s(&["mcpServers"]),
-            name: "ld".into(),
-            kind: EntryKind::Stdio {
-                command: "npx".into(),
-                args: s(&["-y", "ld-mcp", "--ld-token", "tok_0123456789abcdef"]),
-            },
-            env: vec![
-                ("LD_API_KEY".into(), Some("api-0123456789abcdef".into())),
-                ("GITHUB_TOKEN".into(), Some("ghp_abc".into())),
+        let view = npx_view(
+            "ld",
+            &["-y", "ld-mcp", "--ld-token", "tok_0123456789abcdef"],
+            &[
+                ("LD_API_KEY", "api-0123456789abcdef"),
+                ("GITHUB_TOKEN", "ghp_abc"),
             ],
-            env_file: false,
-            remote_dev: false,
-            malformed: None,
-            headers: vec![],
-            wrapped: None,
-            pass_through: vec![],
-        };
+        );
         let plan = plan_entry(&view, "srv_1", Path::new("/gh")).unwrap();
         assert_eq!(
             plan.secret_names(),

@@ -53,6 +53,13 @@ struct Fixture {
     probe: FixedProbe,
 }
 
+fn dry_run() -> Options {
+    Options {
+        dry_run: true,
+        ..Options::default()
+    }
+}
+
 impl Fixture {
     fn new(name: &str) -> Self {
         let tmp = tempfile::tempdir().unwrap();
@@ -86,6 +93,14 @@ impl Fixture {
             })),
             stamp: "20250101T000000".into(),
         }
+    }
+
+    /// Cursor's global config file.
+    fn cursor(&self) -> ConfigFile {
+        self.files()
+            .into_iter()
+            .find(|f| f.client.key == "cursor")
+            .unwrap()
     }
 
     fn files(&self) -> Vec<ConfigFile> {
@@ -263,11 +278,7 @@ fn protect_every_client_snapshot_and_restore_byte_for_byte() {
 fn launch_hash_matches_what_wrap_sees() {
     let fx = Fixture::new("linux-all");
     let p = fx.protector();
-    let cursor = fx
-        .files()
-        .into_iter()
-        .find(|f| f.client.key == "cursor")
-        .unwrap();
+    let cursor = fx.cursor();
     p.protect_file(&cursor, &Options::default()).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&read(&cursor.path)).unwrap();
     let state = StateDir {
@@ -380,11 +391,7 @@ fn unparseable_file_is_untouched_with_position() {
     )
     .unwrap();
     let before = read(&cursor);
-    let file = fx
-        .files()
-        .into_iter()
-        .find(|f| f.client.key == "cursor")
-        .unwrap();
+    let file = fx.cursor();
     let err = fx
         .protector()
         .protect_file(&file, &Options::default())
@@ -412,11 +419,7 @@ fn unparseable_file_is_untouched_with_position() {
 fn unavailable_vault_writes_nothing() {
     let mut fx = Fixture::new("linux-all");
     fx.vault = MemoryVault::unavailable("no Secret Service on the session bus");
-    let file = fx
-        .files()
-        .into_iter()
-        .find(|f| f.client.key == "cursor")
-        .unwrap();
+    let file = fx.cursor();
     let before = read(&file.path);
     let err = fx
         .protector()
@@ -522,22 +525,9 @@ fn wait_writes_once_claude_code_has_quit_and_refuses_when_it_never_does() {
 #[test]
 fn dry_run_diff_is_redacted_and_writes_nothing() {
     let fx = Fixture::new("linux-all");
-    let file = fx
-        .files()
-        .into_iter()
-        .find(|f| f.client.key == "cursor")
-        .unwrap();
+    let file = fx.cursor();
     let before = read(&file.path);
-    let report = fx
-        .protector()
-        .protect_file(
-            &file,
-            &Options {
-                dry_run: true,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+    let report = fx.protector().protect_file(&file, &dry_run()).unwrap();
     let diff = report.diff.expect("a diff");
     assert_eq!(read(&file.path), before, "dry run writes nothing");
     assert!(fx.vault.is_empty(), "dry run stores nothing");
@@ -555,27 +545,14 @@ fn dry_run_diff_is_redacted_and_writes_nothing() {
 #[test]
 fn dry_run_redacts_secrets_written_with_escapes() {
     let fx = Fixture::new("linux-all");
-    let file = fx
-        .files()
-        .into_iter()
-        .find(|f| f.client.key == "cursor")
-        .unwrap();
+    let file = fx.cursor();
     std::fs::write(
         &file.path,
         r#"{ "mcpServers": { "gh": { "command": "npx", "args": ["-y", "srv", "--api-key", "CANARYescArg\u00429XyZ12345abcQ"],
   "env": { "GITHUB_TOKEN": "ghp_CANARYescGh\u00300000000000000000000000000001", "LD_API_KEY": "CANARYescLd\u00415KlM6789nopQrS", "OTHER_TOKEN": "CANARYescOther\/5KlM6789nopQrS" } } } }"#,
     )
     .unwrap();
-    let report = fx
-        .protector()
-        .protect_file(
-            &file,
-            &Options {
-                dry_run: true,
-                ..Options::default()
-            },
-        )
-        .unwrap();
+    let report = fx.protector().protect_file(&file, &dry_run()).unwrap();
     let diff = report.diff.expect("a diff");
     for shown in ["CANARYesc", "ghp_CANARY", "5KlM6789"] {
         assert!(!diff.contains(shown), "diff shows {shown}:\n{diff}");
@@ -1172,10 +1149,7 @@ fn secrets_in_remote_headers_are_listed_redacted_and_leave_no_backup() {
         .unwrap();
     assert_eq!(remote.secrets, ["Authorization (header)"], "listed by name");
     assert!(remote.blocker.is_some(), "and not moved");
-    let dry = Options {
-        dry_run: true,
-        ..Options::default()
-    };
+    let dry = dry_run();
     let diff = p.protect_file(&cursor, &dry).unwrap().diff.unwrap();
     assert!(
         !diff.contains(token),
@@ -1205,17 +1179,7 @@ fn unprotect_dry_run_shows_restored_values_as_changing_and_redacted() {
     let fx = Fixture::new("linux-all");
     let (p, cursor) = protected_cursor(&fx, HAND_EDITED);
     let before = read(&cursor.path);
-    let diff = p
-        .unprotect_file(
-            &cursor,
-            &Options {
-                dry_run: true,
-                ..Options::default()
-            },
-        )
-        .unwrap()
-        .diff
-        .unwrap();
+    let diff = p.unprotect_file(&cursor, &dry_run()).unwrap().diff.unwrap();
     assert_eq!(read(&cursor.path), before, "a dry run writes nothing");
     for canary in CANARIES {
         assert!(!diff.contains(canary), "diff leaks {canary}:\n{diff}");

@@ -233,9 +233,10 @@ fn token_char(c: char) -> bool {
 /// all hold the piece `Wq7mT2xLp9Rk`.
 fn pieces(token: &str) -> impl Iterator<Item = &str> {
     // A token without separators is not walked a second time.
-    let split = match token.contains(|c: char| !c.is_alphanumeric()) {
-        true => token,
-        false => "",
+    let split = if token.contains(|c: char| !c.is_alphanumeric()) {
+        token
+    } else {
+        ""
     };
     split
         .split(|c: char| !c.is_alphanumeric())
