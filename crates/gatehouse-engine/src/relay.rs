@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use gatehouse_protocol::message::{error_line, request_line, response_line};
 use gatehouse_protocol::{
-    peek, tool_hash, Frame, FrameBody, Message, MessageKind, Peek, PeekKind, RequestId,
+    peek, tool_hash, Frame, FrameBody, Message, MessageKind, Peek, PeekKind, Raw, RequestId,
 };
 use serde_json::{json, Value};
 
@@ -344,7 +344,7 @@ impl<I: Inspector> Relay<I> {
     fn relay_messages(
         &mut self,
         from: Side,
-        raw: Vec<u8>,
+        raw: Raw,
         batch: bool,
         items: Vec<Message>,
         now_ms: u64,
@@ -378,7 +378,13 @@ impl<I: Inspector> Relay<I> {
             }
         }
         if untouched {
-            out.push(from.forward(raw));
+            // A split line takes its moved string back from its message.
+            let mut none = Value::Null;
+            let value = match forward.as_mut_slice() {
+                [(msg, None)] => &mut msg.value,
+                _ => &mut none,
+            };
+            out.push(from.forward(raw.into_bytes(value)));
             return;
         }
         let line = |mut lines: Vec<Vec<u8>>| {
@@ -411,26 +417,28 @@ impl<I: Inspector> Relay<I> {
             self.hold_back(frame, &mut out);
             return out;
         }
-        match frame.body {
+        let Frame { raw, body } = frame;
+        match body {
             FrameBody::Single(msg) => {
-                self.relay_messages(Side::Client, frame.raw, false, vec![msg], now_ms, &mut out)
+                self.relay_messages(Side::Client, raw, false, vec![msg], now_ms, &mut out)
             }
             FrameBody::Batch(items) => {
-                self.relay_messages(Side::Client, frame.raw, true, items, now_ms, &mut out)
+                self.relay_messages(Side::Client, raw, true, items, now_ms, &mut out)
             }
             // A line that is not even meant as JSON passes through: the
             // server is the one that has to reject it.
-            FrameBody::Empty => out.push(Output::ToServer(frame.raw)),
-            FrameBody::Unparseable(_) if !looks_like_json(&frame.raw) => {
-                out.push(Output::ToServer(frame.raw))
+            FrameBody::Empty => out.push(Output::ToServer(unparsed(raw))),
+            FrameBody::Unparseable(_) if !looks_like_json(raw.ends().0) => {
+                out.push(Output::ToServer(unparsed(raw)))
             }
             FrameBody::Unparseable(why) => {
                 let why = format!("it could not be parsed ({why})");
-                self.refuse_client_frame(frame.raw, "framing.unparseable", -32700, &why, &mut out)
+                let raw = unparsed(raw);
+                self.refuse_client_frame(raw, "framing.unparseable", -32700, &why, &mut out)
             }
             FrameBody::TooDeep => {
                 let why = "it is nested too deeply to inspect";
-                self.refuse_client_frame(frame.raw, "framing.too_deep", -32600, why, &mut out)
+                self.refuse_client_frame(unparsed(raw), "framing.too_deep", -32600, why, &mut out)
             }
         }
         out
@@ -824,12 +832,13 @@ impl<I: Inspector> Relay<I> {
 
     pub fn on_server_frame(&mut self, frame: Frame, now_ms: u64) -> Vec<Output> {
         let mut out = Vec::new();
-        match frame.body {
+        let Frame { raw, body } = frame;
+        match body {
             FrameBody::Single(msg) => {
-                self.relay_messages(Side::Server, frame.raw, false, vec![msg], now_ms, &mut out)
+                self.relay_messages(Side::Server, raw, false, vec![msg], now_ms, &mut out)
             }
             FrameBody::Batch(items) => {
-                self.relay_messages(Side::Server, frame.raw, true, items, now_ms, &mut out)
+                self.relay_messages(Side::Server, raw, true, items, now_ms, &mut out)
             }
             FrameBody::Empty => {}
             FrameBody::Unparseable(why) => {
@@ -843,9 +852,10 @@ impl<I: Inspector> Relay<I> {
                     .reason(format!(
                         "server sent a line Gatehouse cannot parse ({why}); dropped"
                     ))
-                    .evidence(json!({ "bytes": frame.raw.len() })),
+                    .evidence(json!({ "bytes": raw.len() })),
                 ));
-                let peeked = peek(&frame.raw, &frame.raw);
+                let (head, tail) = raw.ends();
+                let peeked = peek(head, tail);
                 let why = format!("it could not be parsed ({why})");
                 self.answer_dropped_server_frame(peeked, &why, now_ms, &mut out);
             }
@@ -858,9 +868,10 @@ impl<I: Inspector> Relay<I> {
                         "framing.too_deep",
                     )
                     .reason("server frame nested too deeply to inspect; dropped")
-                    .evidence(json!({ "bytes": frame.raw.len() })),
+                    .evidence(json!({ "bytes": raw.len() })),
                 ));
-                let peeked = peek(&frame.raw, &frame.raw);
+                let (head, tail) = raw.ends();
+                let peeked = peek(head, tail);
                 let why = "it is nested too deeply to inspect";
                 self.answer_dropped_server_frame(peeked, why, now_ms, &mut out);
             }
@@ -911,7 +922,7 @@ impl<I: Inspector> Relay<I> {
         // relay tracks for the request (a listing, parked calls, progress)
         // ends as it would.
         let message = format!("Gatehouse dropped the server's response: {why}");
-        let line = error_line(&id, -32603, &message, None);
+        let line = Raw::Whole(error_line(&id, -32603, &message, None));
         let msg = Message::from_value(error_value(&id, -32603, &message));
         self.relay_messages(Side::Server, line, false, vec![msg], now_ms, out);
     }
@@ -1055,7 +1066,7 @@ impl<I: Inspector> Relay<I> {
         while let Some(next) = waiting.pop_front() {
             match next {
                 Parked::Call(msg) => {
-                    let raw = message_line(&msg.value, msg.id());
+                    let raw = Raw::Whole(message_line(&msg.value, msg.id()));
                     self.relay_messages(Side::Client, raw, false, vec![msg], now_ms, out);
                 }
                 Parked::Frame(frame) => out.extend(self.on_client_frame(frame, now_ms)),
@@ -2215,6 +2226,11 @@ fn null_id_error(code: i64, message: &str) -> Value {
 
 /// Whether a line that did not parse was meant as JSON (a BOM aside): an
 /// object or an array.
+/// The bytes of a line that did not parse as one message: never split.
+fn unparsed(raw: Raw) -> Vec<u8> {
+    raw.into_bytes(&mut Value::Null)
+}
+
 fn looks_like_json(raw: &[u8]) -> bool {
     let text = raw.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(raw);
     matches!(text.trim_ascii_start().first(), Some(b'{' | b'['))

@@ -5,6 +5,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::message::Message;
+use crate::split::{parse_split, Raw};
 
 /// Deepest nesting Gatehouse inspects. Deeper frames are reported as
 /// [`FrameBody::TooDeep`]: the recursive walkers downstream (scanner,
@@ -14,7 +15,7 @@ pub const MAX_INSPECTABLE_DEPTH: usize = 4096;
 /// A parsed line. `raw` excludes the line terminator.
 #[derive(Debug)]
 pub struct Frame {
-    pub raw: Vec<u8>,
+    pub raw: Raw,
     pub body: FrameBody,
 }
 
@@ -32,10 +33,26 @@ pub enum FrameBody {
     Unparseable(String),
 }
 
-/// Parses one line (without its `\n`; a trailing `\r` is tolerated).
+/// Parses one line (without its `\n`; a trailing `\r` is tolerated). A
+/// large single message's longest string is moved into its value rather
+/// than copied ([`crate::split`]); [`Raw::into_bytes`] puts it back.
 pub fn parse_frame(raw: Vec<u8>) -> Frame {
+    let raw = match parse_split(raw, read_object) {
+        Ok((value, split, text)) => {
+            let mut msg = Message::from_value(value);
+            msg.keep_id_text(text.as_bytes());
+            return Frame {
+                raw: Raw::Split(split),
+                body: FrameBody::Single(msg),
+            };
+        }
+        Err(raw) => raw,
+    };
     let body = parse_body(&raw);
-    Frame { raw, body }
+    Frame {
+        raw: Raw::Whole(raw),
+        body,
+    }
 }
 
 fn parse_body(raw: &[u8]) -> FrameBody {
@@ -102,6 +119,14 @@ fn read_json(text: &str) -> Option<Result<Value, serde_json::Error>> {
     )
 }
 
+/// A line that reads as one JSON object (a split line is one message).
+fn read_object(text: &str) -> Option<Value> {
+    match read_json(text) {
+        Some(Ok(value @ Value::Object(_))) => Some(value),
+        _ => None,
+    }
+}
+
 /// A forwarded line's JSON value, read exactly as [`parse_frame`] reads it,
 /// for a check that runs after the relay's (so both agree on every line
 /// the relay judged; serde_json's own `from_slice` stops at 128 levels and
@@ -109,6 +134,19 @@ fn read_json(text: &str) -> Option<Result<Value, serde_json::Error>> {
 pub fn json_value(raw: &[u8]) -> Option<Value> {
     let text = raw.strip_suffix(b"\r").unwrap_or(raw);
     read_json(std::str::from_utf8(text).ok()?)?.ok()
+}
+
+/// [`json_value`] for a line the caller owns: a large single message's
+/// longest string is moved into the value, not copied; [`Raw::into_bytes`]
+/// gives the line back.
+pub fn json_value_owned(raw: Vec<u8>) -> (Raw, Option<Value>) {
+    match parse_split(raw, read_object) {
+        Ok((value, split, _)) => (Raw::Split(split), Some(value)),
+        Err(raw) => {
+            let value = json_value(&raw);
+            (Raw::Whole(raw), value)
+        }
+    }
 }
 
 trait ClassifyName {
@@ -527,9 +565,31 @@ mod tests {
         let frame = parse_frame(b"{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\r".to_vec());
         assert!(matches!(frame.body, FrameBody::Single(_)));
         assert_eq!(
-            frame.raw.last(),
+            frame.raw.ends().1.last(),
             Some(&b'\r'),
             "raw bytes are forwarded unchanged"
         );
+    }
+
+    #[test]
+    fn a_large_result_moves_its_text_and_forwards_it_exactly() {
+        let text = "y".repeat(crate::split::SPLIT_MIN);
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":3.0,\"result\":{{\"content\":[{{\"type\":\"text\",\"text\":\"{text}\"}}]}}}}\r"
+        );
+        let frame = parse_frame(line.clone().into_bytes());
+        assert!(matches!(frame.raw, Raw::Split(_)), "the text is held once");
+        let FrameBody::Single(mut msg) = frame.body else {
+            panic!("one message");
+        };
+        assert_eq!(msg.value["result"]["content"][0]["text"], text.as_str());
+        assert_eq!(msg.id().map(ToString::to_string).as_deref(), Some("3.0"));
+        assert_eq!(frame.raw.into_bytes(&mut msg.value), line.as_bytes());
+
+        let (raw, value) = json_value_owned(line.clone().into_bytes());
+        assert!(matches!(raw, Raw::Split(_)));
+        let mut value = value.expect("JSON");
+        assert_eq!(Some(&value), json_value(line.as_bytes()).as_ref());
+        assert_eq!(raw.into_bytes(&mut value), line.as_bytes());
     }
 }

@@ -15,8 +15,10 @@ pub mod frame;
 pub mod identity;
 pub mod message;
 pub mod peek;
+pub mod split;
 
 pub use canonical::{canonical_json, tool_hash, HASH_VERSION};
-pub use frame::{json_value, parse_frame, prepare_thread, Frame, FrameBody};
+pub use frame::{json_value, json_value_owned, parse_frame, prepare_thread, Frame, FrameBody};
 pub use message::{Message, MessageKind, RequestId};
 pub use peek::{peek, Peek, PeekKind};
+pub use split::Raw;

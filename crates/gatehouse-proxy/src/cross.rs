@@ -176,7 +176,7 @@ impl Cross {
                 Output::ToClient(bytes) if self.may_await_result().await => {
                     // Attached before the client sees the result, so no
                     // later call of the session can miss it.
-                    self.observe_result(&bytes).await;
+                    let bytes = self.observe_result(bytes).await;
                     out.push(Output::ToClient(bytes));
                 }
                 other => out.push(other),
@@ -226,8 +226,9 @@ impl Cross {
         relay: &Relay<I>,
         out: &mut Vec<Output>,
     ) {
-        let Some((items, batched)) = batch::call_frame(&bytes).into_messages() else {
-            return out.push(Output::ToServer(bytes));
+        let (frame, raw) = batch::call_frame(bytes);
+        let Some((items, batched)) = frame.into_messages() else {
+            return out.push(Output::ToServer(raw.into_bytes(&mut Value::Null)));
         };
         let mut answers = Vec::with_capacity(items.len());
         for item in &items {
@@ -240,7 +241,7 @@ impl Cross {
             };
             answers.push(answer);
         }
-        let (forward, reply) = batch::judged(bytes, batched, items, answers);
+        let (forward, reply) = batch::judged(raw, batched, items, answers);
         out.extend(forward.map(Output::ToServer));
         out.extend(reply.map(Output::ToClient));
     }
@@ -471,11 +472,14 @@ impl Cross {
 
     /// A result of a recorded read: its taint marks are attached (one
     /// indexed UPDATE) before the result is forwarded.
-    async fn observe_result(&mut self, bytes: &[u8]) {
+    async fn observe_result(&mut self, bytes: Vec<u8>) -> Vec<u8> {
         // A batch reply's elements are results like single ones.
-        for msg in batch::messages(bytes) {
-            self.observe_one(&msg).await;
+        let (mut messages, raw) = batch::messages(bytes);
+        for msg in &messages {
+            self.observe_one(msg).await;
         }
+        let mut none = Value::Null;
+        raw.into_bytes(messages.first_mut().unwrap_or(&mut none))
     }
 
     async fn observe_one(&mut self, msg: &Value) {

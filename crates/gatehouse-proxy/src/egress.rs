@@ -120,8 +120,9 @@ impl Egress {
     }
 
     fn check_frame(&self, guard: &SecretGuard, bytes: Vec<u8>, out: &mut Vec<Output>) {
-        let Some((items, batched)) = batch::call_frame(&bytes).into_messages() else {
-            return out.push(Output::ToServer(bytes));
+        let (frame, raw) = batch::call_frame(bytes);
+        let Some((items, batched)) = frame.into_messages() else {
+            return out.push(Output::ToServer(raw.into_bytes(&mut Value::Null)));
         };
         let mut answers = Vec::with_capacity(items.len());
         for item in &items {
@@ -138,7 +139,7 @@ impl Egress {
             };
             answers.push(answer);
         }
-        let (forward, reply) = batch::judged(bytes, batched, items, answers);
+        let (forward, reply) = batch::judged(raw, batched, items, answers);
         out.extend(forward.map(Output::ToServer));
         out.extend(reply.map(Output::ToClient));
     }

@@ -3,6 +3,7 @@
 //! `tools/call` goes through the same check-and-record, in order), and what
 //! it blocks is answered in one batch reply (DESIGN §4).
 
+use gatehouse_protocol::Raw;
 use serde_json::Value;
 
 /// A client frame bound for the server.
@@ -39,22 +40,29 @@ pub fn may_hold_call(bytes: &[u8]) -> bool {
 
 /// Splits a frame bound for the server, read as the relay read it
 /// ([`gatehouse_protocol::json_value`]: no 128-level limit, `1e400` read).
-pub fn call_frame(bytes: &[u8]) -> CallFrame {
-    match gatehouse_protocol::json_value(bytes) {
+/// A large message's longest string moves into it rather than being
+/// copied; [`judged`] puts it back into the line.
+pub fn call_frame(bytes: Vec<u8>) -> (CallFrame, Raw) {
+    let (raw, value) = gatehouse_protocol::json_value_owned(bytes);
+    let frame = match value {
         Some(Value::Array(items)) => CallFrame::Batch(items),
         Some(v) => CallFrame::Single(v),
         None => CallFrame::Other,
-    }
+    };
+    (frame, raw)
 }
 
 /// The messages of a server frame (a batch reply's elements, or the one
-/// message); empty when it is not JSON.
-pub fn messages(bytes: &[u8]) -> Vec<Value> {
-    match gatehouse_protocol::json_value(bytes) {
+/// message; empty when it is not JSON), and its bytes for
+/// [`Raw::into_bytes`] with the one message.
+pub fn messages(bytes: Vec<u8>) -> (Vec<Value>, Raw) {
+    let (raw, value) = gatehouse_protocol::json_value_owned(bytes);
+    let messages = match value {
         Some(Value::Array(items)) => items,
         Some(v) => vec![v],
         None => Vec::new(),
-    }
+    };
+    (messages, raw)
 }
 
 /// Whether a message is a `tools/call` request (it has an id).
@@ -72,9 +80,9 @@ pub fn is_call(msg: &Value) -> bool {
 /// message is forwarded as `raw` or answered alone, a batch as
 /// [`assemble`] splits it.
 pub fn judged(
-    raw: Vec<u8>,
+    raw: Raw,
     batched: bool,
-    items: Vec<Value>,
+    mut items: Vec<Value>,
     mut answers: Vec<Option<Value>>,
 ) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
     if batched {
@@ -82,17 +90,21 @@ pub fn judged(
     }
     match answers.pop().flatten() {
         Some(answer) => (None, Some(serde_json::to_vec(&answer).unwrap_or_default())),
-        None => (Some(raw), None),
+        None => {
+            let mut msg = items.pop().unwrap_or_default();
+            (Some(raw.into_bytes(&mut msg)), None)
+        }
     }
 }
 
+/// A batch (never split) after its elements were judged.
 pub fn assemble(
-    raw: Vec<u8>,
+    raw: Raw,
     items: Vec<Value>,
     answers: Vec<Option<Value>>,
 ) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
     if answers.iter().all(Option::is_none) {
-        return (Some(raw), None);
+        return (Some(raw.into_bytes(&mut Value::Null)), None);
     }
     let mut forward = Vec::new();
     let mut reply = Vec::new();
@@ -127,7 +139,7 @@ mod spelling_tests {
             format!(r#"{{"id":1,"method":"tools/call","params":{{"a":{deep},"n":1e400}}}}"#),
         ] {
             assert!(may_hold_call(line.as_bytes()), "{line:.60}");
-            match call_frame(line.as_bytes()) {
+            match call_frame(line.clone().into_bytes()).0 {
                 CallFrame::Single(msg) => assert!(is_call(&msg), "{line:.60}"),
                 other => panic!("{line:.60}: {other:?}"),
             }

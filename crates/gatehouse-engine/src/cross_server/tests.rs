@@ -906,6 +906,7 @@ fn typosquat_table() {
 #[test]
 fn batch_table() {
     use super::batch::{assemble, call_frame, is_call, messages, CallFrame};
+    use gatehouse_protocol::Raw;
     let call = |id: u64| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "send_email"}});
     let note = json!({"jsonrpc": "2.0", "method": "notifications/progress"});
     let cases: Vec<(Value, bool, &str)> = vec![
@@ -932,18 +933,22 @@ fn batch_table() {
     }
     let batch = json!([call(1), note.clone(), call(2)]);
     let raw = serde_json::to_vec(&batch).unwrap();
-    let items = match call_frame(&raw) {
+    let items = match call_frame(raw.clone()).0 {
         CallFrame::Batch(items) => items,
         other => panic!("a batch is split into its elements: {other:?}"),
     };
     assert_eq!(items.len(), 3);
     assert_eq!(
-        call_frame(b"{\"id\":1}"),
+        call_frame(b"{\"id\":1}".to_vec()).0,
         CallFrame::Single(json!({"id": 1}))
     );
-    assert_eq!(call_frame(b"[{"), CallFrame::Other, "not JSON: passed on");
-    assert_eq!(messages(&raw).len(), 3, "a batch reply's elements");
-    assert_eq!(messages(b"{\"id\":1}").len(), 1);
+    assert_eq!(
+        call_frame(b"[{".to_vec()).0,
+        CallFrame::Other,
+        "not JSON: passed on"
+    );
+    assert_eq!(messages(raw.clone()).0.len(), 3, "a batch reply's elements");
+    assert_eq!(messages(b"{\"id\":1}".to_vec()).0.len(), 1);
 
     let blocked = |id: u64| json!({"jsonrpc": "2.0", "id": id, "result": {"isError": true}});
     let cases: Vec<(Vec<Option<Value>>, Option<Value>, Option<Value>, &str)> = vec![
@@ -967,12 +972,12 @@ fn batch_table() {
         ),
     ];
     for (answers, forward, reply, why) in cases {
-        let (f, r) = assemble(raw.clone(), items.clone(), answers);
+        let (f, r) = assemble(Raw::Whole(raw.clone()), items.clone(), answers);
         let parse = |b: Option<Vec<u8>>| b.map(|b| serde_json::from_slice::<Value>(&b).unwrap());
         assert_eq!((parse(f), parse(r)), (forward, reply), "{why}");
     }
     let only = serde_json::to_vec(&json!([call(1)])).unwrap();
-    let (f, r) = assemble(only, vec![call(1)], vec![Some(blocked(1))]);
+    let (f, r) = assemble(Raw::Whole(only), vec![call(1)], vec![Some(blocked(1))]);
     assert!(f.is_none(), "nothing left to forward");
     assert_eq!(
         serde_json::from_slice::<Value>(&r.unwrap()).unwrap(),
