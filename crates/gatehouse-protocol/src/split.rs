@@ -1,10 +1,11 @@
 //! A large line's longest string, held once. The relay keeps a line's bytes
 //! (to forward them unchanged) and its parsed value (to judge it); for a
 //! multi-megabyte tool result that would be the same text twice. A line of
-//! at least [`SPLIT_MIN`] bytes whose longest string is written without
-//! escapes keeps only the bytes around that string; the string's buffer
-//! (the line's own, not a copy) moves into the value, and goes back in
-//! place when the line is forwarded.
+//! at least [`SPLIT_MIN`] bytes keeps only the bytes around its longest
+//! string; the string's buffer (the line's own, not a copy) moves into the
+//! value, unescaped in place, and goes back, escaped in place, when the
+//! line is forwarded. Only a string whose every escape is the one
+//! serde_json writes moves, so writing it back gives the same bytes.
 
 use std::ops::Range;
 
@@ -75,17 +76,14 @@ impl Raw {
             Raw::Split(split) => split,
         };
         let mut line = take_string(value, &split.path).into_bytes();
+        escape_in_place(&mut line, split.head.len(), split.tail.len() + 1);
+        line[..split.head.len()].copy_from_slice(&split.head);
+        line.extend_from_slice(&split.tail);
         debug_assert_eq!(
-            line.len() + split.head.len() + split.tail.len(),
+            line.len(),
             split.len,
             "a split line is put back with the value it was parsed with"
         );
-        let moved = line.len();
-        line.reserve(split.head.len() + split.tail.len() + 1);
-        line.resize(split.head.len() + moved, 0);
-        line.copy_within(..moved, split.head.len());
-        line[..split.head.len()].copy_from_slice(&split.head);
-        line.extend_from_slice(&split.tail);
         line
     }
 }
@@ -123,6 +121,7 @@ pub(crate) fn parse_split(
     let mut bytes = raw;
     bytes.truncate(string.end);
     bytes.drain(..string.start);
+    unescape_in_place(&mut bytes);
     let moved = match String::from_utf8(bytes) {
         Ok(moved) => moved,
         Err(err) => {
@@ -146,52 +145,168 @@ pub(crate) fn parse_split(
 }
 
 /// The contents of the line's longest string when it may move: the line
-/// is UTF-8 and at least [`SPLIT_MIN`] long, and the string is written
-/// without escapes or control characters (so its bytes are its value).
+/// is UTF-8 and at least [`SPLIT_MIN`] long, the string holds no control
+/// character (invalid in JSON: the line must fail to parse as it would
+/// whole) and writes each escape as serde_json would.
 fn movable_string(raw: &[u8]) -> Option<Range<usize>> {
     if raw.len() < SPLIT_MIN || std::str::from_utf8(raw).is_err() {
         return None;
     }
-    let string = longest_plain_string(raw)?;
+    let string = longest_string(raw)?;
     if string.len() < SPLIT_MIN / 2 {
         return None;
     }
-    // Control characters are invalid in a JSON string: the line must fail
-    // to parse as it would whole. Folded per chunk so it vectorizes.
-    let control = raw[string.clone()]
+    let content = &raw[string.clone()];
+    // Folded per chunk so it vectorizes.
+    let control = content
         .chunks(4096)
         .any(|chunk| chunk.iter().fold(false, |seen, &b| seen | (b < 0x20)));
-    (!control).then_some(string)
+    (!control && escapes_are_canonical(content)).then_some(string)
 }
 
-/// The contents (between the quotes) of the longest string written
-/// without a backslash. Outside strings a `"` opens one; inside, only `"`
-/// ends it and `\` escapes the next byte.
-fn longest_plain_string(text: &[u8]) -> Option<Range<usize>> {
+/// The contents (between the quotes) of the line's longest string.
+/// Outside strings a `"` opens one; inside, only `"` ends it and `\`
+/// escapes the next byte.
+fn longest_string(text: &[u8]) -> Option<Range<usize>> {
     let mut best: Option<Range<usize>> = None;
     let mut i = 0;
     while let Some(open) = memchr::memchr(b'"', &text[i..]) {
         let start = i + open + 1;
         let mut at = start;
-        let mut escaped = false;
         let end = loop {
             let found = memchr::memchr2(b'"', b'\\', &text[at..])?;
             at += found;
             if text[at] == b'"' {
                 break at;
             }
-            escaped = true;
             at += 2;
             if at > text.len() {
                 return best;
             }
         };
-        if !escaped && best.as_ref().is_none_or(|b| end - start > b.len()) {
+        if best.as_ref().is_none_or(|b| end - start > b.len()) {
             best = Some(start..end);
         }
         i = end + 1;
     }
     best
+}
+
+/// The escape serde_json writes for a byte of a string, if any: `\` and
+/// this letter, or (`Some(b'u')`) `\u00` and two lowercase hex digits.
+fn escape_letter(b: u8) -> Option<u8> {
+    match b {
+        b'"' => Some(b'"'),
+        b'\\' => Some(b'\\'),
+        0x08 => Some(b'b'),
+        0x0c => Some(b'f'),
+        b'\n' => Some(b'n'),
+        b'\r' => Some(b'r'),
+        b'\t' => Some(b't'),
+        0..0x20 => Some(b'u'),
+        _ => None,
+    }
+}
+
+/// How serde_json writes byte `b` inside a string: its escape and the
+/// escape's length, `None` when it writes the byte itself.
+fn escaped(b: u8) -> Option<([u8; 6], usize)> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    Some(match escape_letter(b)? {
+        b'u' => {
+            let (hi, lo) = (HEX[usize::from(b >> 4)], HEX[usize::from(b & 0xf)]);
+            ([b'\\', b'u', b'0', b'0', hi, lo], 6)
+        }
+        letter => ([b'\\', letter, 0, 0, 0, 0], 2),
+    })
+}
+
+/// Whether every escape in a string's contents is the one serde_json
+/// writes for its character (`\/`, `\u0041` or `\u001F` are not).
+fn escapes_are_canonical(content: &[u8]) -> bool {
+    let mut i = 0;
+    while let Some(at) = memchr::memchr(b'\\', &content[i..]) {
+        i += at;
+        let Some(byte) = unescape_at(content, i) else {
+            return false;
+        };
+        let Some((written, len)) = escaped(byte) else {
+            return false;
+        };
+        if !content[i..].starts_with(&written[..len]) {
+            return false;
+        }
+        i += len;
+    }
+    true
+}
+
+/// The byte the escape at `at` stands for, when it stands for one byte.
+fn unescape_at(content: &[u8], at: usize) -> Option<u8> {
+    match *content.get(at + 1)? {
+        b'b' => Some(0x08),
+        b'f' => Some(0x0c),
+        b'n' => Some(b'\n'),
+        b'r' => Some(b'\r'),
+        b't' => Some(b'\t'),
+        b'u' => {
+            let digits = std::str::from_utf8(content.get(at + 2..at + 6)?).ok()?;
+            u8::try_from(u32::from_str_radix(digits, 16).ok()?).ok()
+        }
+        other => Some(other),
+    }
+}
+
+/// Replaces each (canonical) escape in `bytes` by its byte.
+fn unescape_in_place(bytes: &mut Vec<u8>) {
+    let (mut read, mut write) = (0, 0);
+    while let Some(at) = memchr::memchr(b'\\', &bytes[read..]) {
+        let at = read + at;
+        bytes.copy_within(read..at, write);
+        write += at - read;
+        let byte = unescape_at(bytes, at).unwrap_or(b'?');
+        bytes[write] = byte;
+        write += 1;
+        read = at + if bytes[at + 1] == b'u' { 6 } else { 2 };
+    }
+    bytes.copy_within(read.., write);
+    write += bytes.len() - read;
+    bytes.truncate(write);
+}
+
+/// Escapes `bytes` in place as serde_json writes a string, after `front`
+/// bytes left for the caller, with room for `spare` more at the end.
+fn escape_in_place(bytes: &mut Vec<u8>, front: usize, spare: usize) {
+    let needs = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
+    let mut escapes = Vec::new();
+    let mut extra = 0;
+    for (c, chunk) in bytes.chunks(64).enumerate() {
+        if !chunk.iter().fold(false, |seen, &b| seen | needs(b)) {
+            continue;
+        }
+        for (j, &b) in chunk.iter().enumerate() {
+            if needs(b) {
+                escapes.push(c * 64 + j);
+                extra += escaped(b).map_or(0, |(_, len)| len - 1);
+            }
+        }
+    }
+    let len = bytes.len();
+    bytes.reserve(front + extra + spare);
+    bytes.resize(front + len + extra, 0);
+    // From the back: every byte moves right, so none is overwritten before
+    // it is read.
+    let (mut end, mut to) = (len, front + len + extra);
+    for &at in escapes.iter().rev() {
+        let run = end - (at + 1);
+        bytes.copy_within(at + 1..end, to - run);
+        to -= run;
+        let (written, len) = escaped(bytes[at]).unwrap_or(([bytes[at]; 6], 1));
+        bytes[to - len..to].copy_from_slice(&written[..len]);
+        to -= len;
+        end = at;
+    }
+    bytes.copy_within(..end, front);
 }
 
 /// Paths of the string values equal to the placeholder.
@@ -253,6 +368,7 @@ mod tests {
             ),
             format!("{{\"id\":\"a\",\"result\":{{\"t\":\"{text}\",\"x\":[1,\"\\\"q\"]}}}}\r"),
             format!(r#"{{"id":1,"result":["é{text}ü", "b"]}}"#),
+            format!(r#"{{"id":1,"result":{{"t":"\n{text}\"\\\u0001\t\b\f\r\u001f"}}}}"#),
         ] {
             let (mut value, split, _) =
                 parse_split(line.clone().into_bytes(), parse).expect("splits");
@@ -268,28 +384,54 @@ mod tests {
     #[test]
     fn lines_that_cannot_split_come_back_untouched() {
         let text = big('y');
-        let escaped = format!(r#"{{"id":1,"result":{{"t":"\n{text}"}}}}"#);
+        let written = |escape: &str| format!(r#"{{"id":1,"result":{{"t":"{escape}{text}"}}}}"#);
         let key = format!(r#"{{"id":1,"result":{{"{text}":1}}}}"#);
         let control = format!("{{\"id\":1,\"result\":{{\"t\":\"\t{text}\"}}}}");
         let twice = format!(r#"{{"id":1,"result":{{"t":"{text}","m":"{MARK_WRITTEN}"}}}}"#);
         let broken = format!(r#"{{"id":1,"result":{{"t":"{text}"}}"#);
         let small = r#"{"id":1,"result":{"t":"yyyy"}}"#.to_string();
-        for line in [escaped, key, control, twice, broken, small] {
+        for line in [
+            written(r"\/"),
+            written(r"\u0041"),
+            written(r"\u001F"),
+            written(r"\u000a"),
+            written(r"\ud83d\ude00"),
+            key,
+            control,
+            twice,
+            broken,
+            small,
+        ] {
             let back = parse_split(line.clone().into_bytes(), parse).unwrap_err();
             assert_eq!(back, line.as_bytes());
         }
     }
 
     #[test]
-    fn the_longest_plain_string_skips_escaped_quotes() {
+    fn the_longest_string_skips_escaped_quotes() {
         let text = br#"{"a":"x\"yyyyyyyy","b":"zzz","c":"\\"}"#;
-        let r = longest_plain_string(text).unwrap();
-        assert_eq!(&text[r], b"zzz");
-        assert_eq!(longest_plain_string(br#"{"a":"unterminated"#), None);
-        assert_eq!(longest_plain_string(b"\"ends in \\"), None);
+        let r = longest_string(text).unwrap();
+        assert_eq!(&text[r], br#"x\"yyyyyyyy"#);
+        assert_eq!(longest_string(br#"{"a":"unterminated"#), None);
+        assert_eq!(longest_string(b"\"ends in \\"), None);
     }
 
     proptest::proptest! {
+        /// Escaping in place writes a string as serde_json does, and
+        /// unescaping reads it back.
+        #[test]
+        fn escapes_are_serde_json_s(text in "[\\x00-\\x21\"\\\\/a-zé😀]{0,40}") {
+            let written = serde_json::to_string(&text).unwrap();
+            let content = &written.as_bytes()[1..written.len() - 1];
+            proptest::prop_assert!(escapes_are_canonical(content));
+            let mut bytes = text.clone().into_bytes();
+            escape_in_place(&mut bytes, 3, 0);
+            proptest::prop_assert_eq!(&bytes[3..], content);
+            let mut back = content.to_vec();
+            unescape_in_place(&mut back);
+            proptest::prop_assert_eq!(back, text.into_bytes());
+        }
+
         #[test]
         fn a_whole_line_is_its_bytes(bytes in proptest::collection::vec(0u8..=255, 0..64)) {
             proptest::prop_assert_eq!(Raw::Whole(bytes.clone()).into_bytes(&mut Value::Null), bytes);
