@@ -340,7 +340,9 @@ impl Engine {
         };
         if carrier == Carrier::Argument {
             self.scan_argument(&mut cx);
-            self.custom(&mut cx);
+            if !sc.custom.is_empty() {
+                self.custom(&mut cx, &normalize::normalize(raw));
+            }
             return cx.out;
         }
         let mut mods = Modifiers::default();
@@ -402,15 +404,12 @@ impl Engine {
             }
         }
 
-        self.custom(&mut cx);
+        self.custom(&mut cx, &view);
         cx.out
     }
 
-    fn custom(&self, cx: &mut Ctx<'_>) {
-        if cx.sc.custom.is_empty() {
-            return;
-        }
-        let view = normalize::normalize(cx.raw);
+    /// Custom patterns on the raw text, then on its normalized `view`.
+    fn custom(&self, cx: &mut Ctx<'_>, view: &normalize::View<'_>) {
         for c in &cx.sc.custom {
             if let Some(m) = c.regex.find(cx.raw) {
                 cx.push(format!("custom.{}", c.id), c.family, c.severity, m.range());
@@ -1169,30 +1168,15 @@ fn classify_escape(
     ("ansi.escape", base, false)
 }
 
+/// Characters of a string looked at for invisibles.
+const INVISIBLE_SCAN_CHARS: usize = 1 << 20;
+
 fn invisible_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
     let raw = cx.raw;
     if raw.is_ascii() {
         return;
     }
     let def = cx.carrier != Carrier::Output;
-    let chars: Vec<(usize, char)> = raw.char_indices().take(1 << 20).collect();
-    // Nearest visible neighbours, precomputed so the pass stays linear.
-    let mut prev_visible: Vec<Option<char>> = Vec::with_capacity(chars.len());
-    let mut last = None;
-    for &(_, c) in &chars {
-        prev_visible.push(last);
-        if !is_invisible(c) {
-            last = Some(c);
-        }
-    }
-    let mut next_visible: Vec<Option<char>> = vec![None; chars.len()];
-    let mut last = None;
-    for (k, &(_, c)) in chars.iter().enumerate().rev() {
-        next_visible[k] = last;
-        if !is_invisible(c) {
-            last = Some(c);
-        }
-    }
     let mut split = 0usize;
     let mut split_at = None;
     let mut bidi = None;
@@ -1200,13 +1184,21 @@ fn invisible_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
     let mut tag_at = None;
     let mut other = None;
     let mut in_flag = false;
-    for (k, &(i, c)) in chars.iter().enumerate() {
+    // Nearest visible neighbours, found in one pass without a copy: the
+    // next visible one is looked up once per run of invisibles.
+    let mut prev_visible = None;
+    let mut next_visible: Option<Option<char>> = None;
+    let mut chars = raw.char_indices().take(INVISIBLE_SCAN_CHARS);
+    while let Some((i, c)) = chars.next() {
         if !is_invisible(c) {
             in_flag = c == '\u{1F3F4}';
+            prev_visible = Some(c);
+            next_visible = None;
             continue;
         }
-        let prev = prev_visible[k];
-        let next = next_visible[k];
+        let prev = prev_visible;
+        let next = *next_visible
+            .get_or_insert_with(|| chars.clone().map(|(_, c)| c).find(|&c| !is_invisible(c)));
         let latin = |o: Option<char>| {
             o.is_some_and(|c| {
                 c.is_ascii_alphanumeric() || matches!(c, '<' | '>' | '/' | ':' | '.' | '~' | '_')
@@ -1297,7 +1289,7 @@ fn invisible_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
     }
     // Variation-selector runs (byte smuggling).
     let mut run = 0;
-    for &(i, c) in &chars {
+    for (i, c) in raw.char_indices().take(INVISIBLE_SCAN_CHARS) {
         if matches!(c, '\u{FE00}'..='\u{FE0F}' | '\u{E0100}'..='\u{E01EF}') {
             run += 1;
             if run == 4 {

@@ -4,7 +4,8 @@
 //! compatibility forms (NFKC: full-width, mathematical letters), case, Latin
 //! diacritics, Cyrillic/Greek look-alikes inside Latin words, invisible
 //! characters and terminal escapes — into lowercase text with single spaces,
-//! keeping a byte map back to the raw string for evidence.
+//! keeping a map back to the raw string for evidence (sparse: anchors where
+//! the folding skips or expands a character, not an offset per byte).
 //!
 //! [`hidden_layers`] extracts what the raw text carries but does not show:
 //! Unicode TAG payloads, right-to-left overridden runs, and one layer of
@@ -19,20 +20,54 @@ use unicode_normalization::UnicodeNormalization as _;
 
 /// Lowercased, folded text plus a map from its bytes back to the raw string.
 #[derive(Debug, Clone)]
-pub struct View {
+pub struct View<'a> {
     pub text: String,
-    /// `map[i]` = raw byte offset of normalized byte `i`; `None` = identity.
-    map: Option<Vec<u32>>,
-    raw_len: usize,
+    /// Where `text` came from in `raw`; `None` = identity.
+    map: Option<Vec<Anchor>>,
+    raw: &'a str,
 }
 
-impl View {
-    /// Raw byte offset corresponding to normalized byte offset `i`.
+/// Normalized byte `norm` (a char start) came from the raw char at `raw`.
+/// Every normalized char comes from one raw char; from an anchor up to the
+/// next, consecutive normalized chars come from consecutive raw chars, so
+/// only where that breaks (a raw char skipped or expanded into several) and
+/// every [`ANCHOR_SPACING`] bytes is one stored — not an offset per byte.
+#[derive(Debug, Clone, Copy)]
+struct Anchor {
+    norm: u32,
+    raw: u32,
+}
+
+/// Most normalized bytes between anchors: bounds the walk of a lookup.
+const ANCHOR_SPACING: usize = 256;
+
+/// Byte length of the char starting at `i` in `s`.
+fn char_len_at(s: &str, i: usize) -> usize {
+    s[i..].chars().next().map_or(1, char::len_utf8)
+}
+
+impl View<'_> {
+    /// Raw byte offset corresponding to normalized byte offset `i`: the
+    /// start of the raw char its normalized char came from.
     pub fn raw_offset(&self, i: usize) -> usize {
-        match &self.map {
-            None => i.min(self.raw_len),
-            Some(m) => m.get(i).map(|&o| o as usize).unwrap_or(self.raw_len),
+        let Some(anchors) = &self.map else {
+            return i.min(self.raw.len());
+        };
+        if i >= self.text.len() {
+            return self.raw.len();
         }
+        let mut char_start = i;
+        while !self.text.is_char_boundary(char_start) {
+            char_start -= 1;
+        }
+        // The first anchor is at 0, so one is at or before any char.
+        let k = anchors.partition_point(|a| a.norm as usize <= char_start) - 1;
+        let (mut norm, mut raw) = (anchors[k].norm as usize, anchors[k].raw as usize);
+        while norm < char_start {
+            norm += char_len_at(&self.text, norm);
+            raw += char_len_at(self.raw, raw);
+        }
+        raw
     }
 
     /// Raw byte range for a normalized range.
@@ -163,22 +198,40 @@ pub fn escape_len(bytes: &[u8]) -> usize {
     }
 }
 
-struct Builder {
+struct Builder<'a> {
+    raw: &'a str,
     out: String,
-    map: Vec<u32>,
+    anchors: Vec<Anchor>,
+    /// The raw char after the one the last normalized char came from.
+    next_raw: usize,
     word_start: usize,
     word_has_ascii: bool,
     word_has_confusable: bool,
     last_space: bool,
+    /// The raw offset of every normalized byte, kept alongside the anchors
+    /// so tests can check the two agree.
+    #[cfg(test)]
+    byte_map: Vec<u32>,
 }
 
-impl Builder {
+impl Builder<'_> {
     fn push(&mut self, c: char, raw: usize) {
-        let before = self.out.len();
-        self.out.push(c);
-        for _ in before..self.out.len() {
-            self.map.push(raw as u32);
+        let at = self.out.len();
+        let follows = raw == self.next_raw
+            && self
+                .anchors
+                .last()
+                .is_some_and(|a| at - (a.norm as usize) < ANCHOR_SPACING);
+        if !follows {
+            self.anchors.push(Anchor {
+                norm: at as u32,
+                raw: raw as u32,
+            });
         }
+        self.next_raw = raw + char_len_at(self.raw, raw);
+        self.out.push(c);
+        #[cfg(test)]
+        self.byte_map.resize(self.out.len(), raw as u32);
         self.last_space = false;
     }
 
@@ -193,22 +246,37 @@ impl Builder {
 
     fn end_word(&mut self) {
         if self.word_has_ascii && self.word_has_confusable {
-            let word: String = self.out[self.word_start..].to_string();
+            // Look-alikes fold one char to one char, each still from its raw
+            // char: only the anchors inside the word move.
+            let word = &self.out[self.word_start..];
             let mut folded = String::with_capacity(word.len());
-            let mut new_map = Vec::with_capacity(word.len());
+            let mut anchor = self
+                .anchors
+                .partition_point(|a| (a.norm as usize) < self.word_start);
+            #[cfg(test)]
+            let mut word_map = Vec::new();
             for (i, c) in word.char_indices() {
-                let raw = self.map[self.word_start + i];
-                let f = confusable(c).unwrap_or(c);
-                let b = folded.len();
-                folded.push(f);
-                for _ in b..folded.len() {
-                    new_map.push(raw);
+                if let Some(a) = self.anchors.get_mut(anchor) {
+                    if a.norm as usize == self.word_start + i {
+                        a.norm = (self.word_start + folded.len()) as u32;
+                        anchor += 1;
+                    }
                 }
+                let f = confusable(c).unwrap_or(c);
+                #[cfg(test)]
+                word_map.extend(std::iter::repeat_n(
+                    self.byte_map[self.word_start + i],
+                    f.len_utf8(),
+                ));
+                folded.push(f);
+            }
+            #[cfg(test)]
+            {
+                self.byte_map.truncate(self.word_start);
+                self.byte_map.extend(word_map);
             }
             self.out.truncate(self.word_start);
-            self.map.truncate(self.word_start);
             self.out.push_str(&folded);
-            self.map.extend(new_map);
         }
         self.word_start = self.out.len();
         self.word_has_ascii = false;
@@ -230,7 +298,7 @@ impl Builder {
 }
 
 /// Builds the normalized view of `raw`.
-pub fn normalize(raw: &str) -> View {
+pub fn normalize(raw: &str) -> View<'_> {
     let bytes = raw.as_bytes();
     // Fast path: printable ASCII without escapes or runs of blanks keeps offsets.
     let simple = bytes
@@ -252,16 +320,31 @@ pub fn normalize(raw: &str) -> View {
         return View {
             text,
             map: None,
-            raw_len: raw.len(),
+            raw,
         };
     }
+    let folded = fold(raw);
+    View {
+        text: folded.out,
+        map: Some(folded.anchors),
+        raw,
+    }
+}
+
+/// The folding of [`normalize`], char by char.
+fn fold(raw: &str) -> Builder<'_> {
+    let bytes = raw.as_bytes();
     let mut b = Builder {
+        raw,
         out: String::with_capacity(raw.len()),
-        map: Vec::with_capacity(raw.len()),
+        anchors: Vec::new(),
+        next_raw: 0,
         word_start: 0,
         word_has_ascii: false,
         word_has_confusable: false,
         last_space: false,
+        #[cfg(test)]
+        byte_map: Vec::new(),
     };
     let mut i = 0;
     while i < raw.len() {
@@ -336,11 +419,7 @@ pub fn normalize(raw: &str) -> View {
         i += clen;
     }
     b.end_word();
-    View {
-        text: b.out,
-        map: Some(b.map),
-        raw_len: raw.len(),
-    }
+    b
 }
 
 /// How a hidden layer was carried.
@@ -873,6 +952,8 @@ mod rot13_tests {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn check(input: &str, expect: &str) {
@@ -902,6 +983,100 @@ mod tests {
         let pos = v.text.find("ignore").expect("folded word present");
         let r = v.raw_range(pos..pos + 6);
         assert_eq!(&raw[r], "IGNORE", "map must point at the raw word");
+    }
+
+    /// Every normalized byte's raw offset, by the anchors and by a map of
+    /// every byte (what the view stored before anchors).
+    fn assert_anchors_match_byte_map(raw: &str) {
+        let folded = fold(raw);
+        let byte_map = folded.byte_map.clone();
+        assert_eq!(byte_map.len(), folded.out.len(), "{raw:?}");
+        let view = View {
+            text: folded.out,
+            map: Some(folded.anchors),
+            raw,
+        };
+        for (i, &expected) in byte_map.iter().enumerate() {
+            assert_eq!(
+                view.raw_offset(i),
+                expected as usize,
+                "byte {i} of {:?} from {raw:?}",
+                view.text
+            );
+        }
+        assert_eq!(view.raw_offset(view.text.len()), raw.len());
+    }
+
+    #[test]
+    fn anchors_match_a_byte_map() {
+        let long_word = "a".repeat(ANCHOR_SPACING * 2 + 3);
+        let cases = [
+            "",
+            "xx \u{200B}IGNORE\u{200B} yy",
+            "ign\u{043E}r\u{0435} prev and \u{0441}\u{0430}t",
+            "\u{FB01}ne \u{FDFA} \u{FF49}\u{FF47}\u{FF4E} e\u{301}\u{301} \u{1b}[8mx\u{1b}[0m",
+            "Gr\u{F6}\u{DF}e  \u{3000}\r\n\n \t\u{1}end",
+            "\u{130}STANBUL \u{1E9E} \u{1D408}\u{1D40C} \u{E0041}\u{E0042} \u{202E}abc",
+        ];
+        for raw in cases {
+            assert_anchors_match_byte_map(raw);
+        }
+        // Runs longer than the anchor spacing, with and without folding.
+        assert_anchors_match_byte_map(&format!("\u{E9}{long_word} \u{200B}{long_word}\u{43E}x"));
+        assert_anchors_match_byte_map(&"\u{434}\u{44F} \u{4F60}\u{597D} ".repeat(400));
+        let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus");
+        for file in ["tool-definitions.jsonl", "tool-outputs.jsonl"] {
+            let text = std::fs::read_to_string(corpus.join(file)).expect("the shared corpus");
+            for line in text.lines() {
+                assert_anchors_match_byte_map(line);
+            }
+        }
+    }
+
+    fn texts() -> impl Strategy<Value = String> {
+        let atoms = prop::sample::select(vec![
+            "ign",
+            "ore ",
+            "\u{43E}",
+            "\u{435}",
+            "\u{3B1}",
+            "\u{200B}",
+            "\u{202E}",
+            "\u{E0041}",
+            "\u{1b}[8m",
+            "\u{FF49}",
+            "\u{FB01}",
+            "\u{FDFA}",
+            "\u{301}",
+            "\u{DF}",
+            "\u{130}",
+            "\u{E9}",
+            "\u{4F60}",
+            "\u{1F642}",
+            "\u{3000}",
+            "\n",
+            "  ",
+            "\r\n",
+            "\t",
+            "\u{0}",
+            "-",
+            "x1",
+        ]);
+        let part = prop_oneof![
+            atoms.prop_map(String::from),
+            any::<String>(),
+            (1usize..400).prop_map(|n| "b".repeat(n)),
+        ];
+        prop::collection::vec(part, 0..60).prop_map(|parts| parts.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn anchors_match_a_byte_map_on_any_text(raw in texts()) {
+            assert_anchors_match_byte_map(&raw);
+        }
     }
 
     fn layer(input: &str, kind: LayerKind) -> Option<String> {
