@@ -994,3 +994,100 @@ fn two_first_sessions_keep_the_first_pin() {
     first.quit();
     second.quit();
 }
+
+/// One run of `raw_server.py` (direct, or through wrap when `wrap_id` is
+/// set): the answer lines to `calls`, as written, and the `tools/call`
+/// lines the server received, as logged.
+fn raw_exchange(
+    sb: &Sandbox,
+    wrap_id: Option<&str>,
+    calls: &[String],
+) -> (Vec<String>, Vec<String>) {
+    let peers = Peers::locate();
+    let log = sb
+        .path()
+        .join(format!("received-{}.log", wrap_id.unwrap_or("direct")));
+    let log_arg = log.display().to_string();
+    let server = peers.py_server("raw_server.py", &["--log", &log_arg]);
+    let argv = match wrap_id {
+        Some(id) => sb.wrap_argv(id, &[], &server),
+        None => server,
+    };
+    let mut child = spawn_wrap(sb, &argv);
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut answer = |request: &str, id: &str| -> String {
+        writeln!(stdin, "{request}").unwrap();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                stdout.read_line(&mut line).unwrap() > 0,
+                "no answer to {id}"
+            );
+            let frame: Value = serde_json::from_str(&line).expect("the client only gets JSON");
+            if frame["id"] == json!(id) {
+                return line.trim_end_matches('\n').to_string();
+            }
+        }
+    };
+    let list = r#"{"jsonrpc":"2.0","id":"list","method":"tools/list"}"#;
+    let init = INIT.replace(r#""id":1"#, r#""id":"init""#);
+    answer(&init, "init");
+    answer(list, "list");
+    let answers = calls
+        .iter()
+        .enumerate()
+        .map(|(i, call)| answer(call, &format!("big-{i}")))
+        .collect();
+    drop(stdin);
+    let _ = child.wait();
+    let received = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("tools/call"))
+        .map(str::to_string)
+        .collect();
+    (answers, received)
+}
+
+/// Frames of 1 MiB and more hold their longest string once inside wrap
+/// (moved into the parsed value, unescaped and escaped back in place):
+/// every byte still arrives as it was sent, both ways, whether the string
+/// is moved (escapes as serde_json writes them) or kept whole (Python's
+/// `\u00e9`).
+#[test]
+fn large_frames_pass_byte_for_byte_both_ways() {
+    let sb = Sandbox::new();
+    let call = |i: usize, text: &str| {
+        json!({"jsonrpc": "2.0", "id": format!("big-{i}"), "method": "tools/call",
+               "params": {"name": "echo", "arguments": {"text": text, "repeat": 1}}})
+        .to_string()
+    };
+    let calls = vec![
+        call(0, &"plain text ".repeat(110_000)),
+        call(
+            1,
+            &"a \"quoted\" line,\ta tab, a \\ and \u{1} ctrl\n".repeat(28_000),
+        ),
+        call(
+            2,
+            &"non-ASCII é ü 😀, which Python escapes\n".repeat(30_000),
+        ),
+    ];
+    assert!(calls.iter().all(|c| c.len() > 1 << 20));
+    let (direct, direct_received) = raw_exchange(&sb, None, &calls);
+    let (wrapped, wrapped_received) = raw_exchange(&sb, Some("large"), &calls);
+    assert_eq!(direct_received.len(), calls.len());
+    for (i, call) in calls.iter().enumerate() {
+        assert!(
+            wrapped_received[i] == *call && direct_received[i] == *call,
+            "call {i}: the server received other bytes than the client sent"
+        );
+        assert!(direct[i].len() > 1 << 20, "answer {i} is large");
+        assert!(
+            wrapped[i] == direct[i],
+            "answer {i}: the client received other bytes than the server wrote"
+        );
+    }
+}
