@@ -571,6 +571,52 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10))]
+        /// A line of 1 MiB or more reads as it reads whole and goes on
+        /// byte for byte, whether its longest string moves (escapes as
+        /// serde_json writes them) or stays (one written otherwise).
+        #[test]
+        fn a_large_line_reads_as_whole_and_writes_back_exactly(
+            pattern in "[a-z \"\\\\\n\t\u{1}\u{1f}é😀/]{1,8}",
+            others in proptest::collection::vec(("[a-z]{1,3}", "[a-z\"\\\\ ]{0,5}"), 0..4),
+            at in 0usize..4,
+            written_otherwise in proptest::bool::ANY,
+        ) {
+            let mut big = pattern.repeat(crate::split::SPLIT_MIN / pattern.len() + 1);
+            let middle = (big.len() / 2..).find(|&i| big.is_char_boundary(i)).unwrap_or(0);
+            big.insert(middle, '§');
+            let mut result = serde_json::Map::new();
+            for (i, (key, value)) in others.iter().enumerate() {
+                if i == at {
+                    result.insert("BIG".into(), Value::String(big.clone()));
+                }
+                result.insert(key.clone(), Value::String(value.clone()));
+            }
+            if !result.contains_key("BIG") {
+                result.insert("BIG".into(), serde_json::json!([1, big]));
+            }
+            let mut line = serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": result}).to_string();
+            if written_otherwise {
+                line = line.replace('§', "\\u00a7");
+            }
+            let whole = json_value(line.as_bytes()).expect("valid JSON");
+
+            let frame = parse_frame(line.clone().into_bytes());
+            proptest::prop_assert_eq!(matches!(frame.raw, Raw::Split(_)), !written_otherwise);
+            let FrameBody::Single(mut msg) = frame.body else {
+                panic!("one message");
+            };
+            proptest::prop_assert!(msg.value == whole, "the value differs");
+            proptest::prop_assert!(frame.raw.into_bytes(&mut msg.value) == line.as_bytes(), "the bytes differ");
+
+            let (raw, value) = json_value_owned(line.clone().into_bytes());
+            let mut value = value.expect("valid JSON");
+            proptest::prop_assert!(value == whole, "the owned value differs");
+            proptest::prop_assert!(raw.into_bytes(&mut value) == line.as_bytes(), "the owned bytes differ");
+        }
+    }
+
     #[test]
     fn a_large_result_moves_its_text_and_forwards_it_exactly() {
         let text = "y".repeat(crate::split::SPLIT_MIN);

@@ -110,11 +110,14 @@ pub(crate) fn parse_split(
     let Some(mut value) = parsed else {
         return Err(raw);
     };
-    let mut paths = Vec::new();
-    find_mark(&value, &mut Vec::new(), &mut paths);
-    let Ok([path]) = <[Vec<Step>; 1]>::try_from(paths) else {
+    let mut marks = Marks::default();
+    find_mark(&value, &mut Vec::new(), &mut marks);
+    let Ok([path]) = <[Vec<Step>; 1]>::try_from(marks.values) else {
         return Err(raw);
     };
+    if marks.keys > 0 {
+        return Err(raw);
+    }
     let len = raw.len();
     let head = raw[..string.start].to_vec();
     let tail = raw[string.end..].to_vec();
@@ -309,21 +312,33 @@ fn escape_in_place(bytes: &mut Vec<u8>, front: usize, spare: usize) {
     bytes.copy_within(..end, front);
 }
 
-/// Paths of the string values equal to the placeholder.
-fn find_mark(value: &Value, path: &mut Vec<Step>, found: &mut Vec<Vec<Step>>) {
+/// Where the placeholder is in a parsed line.
+#[derive(Default)]
+struct Marks {
+    /// Paths of the string values equal to it.
+    values: Vec<Vec<Step>>,
+    /// How many keys equal it.
+    keys: usize,
+}
+
+/// Finds the placeholder. The moved string goes back only where exactly one
+/// value and no key spells it: a string that was a key, or a line that
+/// already held the placeholder's text, finds otherwise.
+fn find_mark(value: &Value, path: &mut Vec<Step>, marks: &mut Marks) {
     match value {
-        Value::String(s) if s == MARK => found.push(path.clone()),
+        Value::String(s) if s == MARK => marks.values.push(path.clone()),
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
                 path.push(Step::Index(i));
-                find_mark(item, path, found);
+                find_mark(item, path, marks);
                 path.pop();
             }
         }
         Value::Object(map) => {
             for (key, item) in map {
+                marks.keys += usize::from(key == MARK);
                 path.push(Step::Key(key.clone()));
-                find_mark(item, path, found);
+                find_mark(item, path, marks);
                 path.pop();
             }
         }
@@ -386,24 +401,33 @@ mod tests {
         let text = big('y');
         let written = |escape: &str| format!(r#"{{"id":1,"result":{{"t":"{escape}{text}"}}}}"#);
         let key = format!(r#"{{"id":1,"result":{{"{text}":1}}}}"#);
+        // The longest string is a key; a value elsewhere spells the
+        // placeholder: the value must not take the key's text.
+        let key_and_mark = format!(r#"{{"id":1,"result":{{"{text}":1,"m":"{MARK_WRITTEN}"}}}}"#);
         let control = format!("{{\"id\":1,\"result\":{{\"t\":\"\t{text}\"}}}}");
         let twice = format!(r#"{{"id":1,"result":{{"t":"{text}","m":"{MARK_WRITTEN}"}}}}"#);
         let broken = format!(r#"{{"id":1,"result":{{"t":"{text}"}}"#);
         let small = r#"{"id":1,"result":{"t":"yyyy"}}"#.to_string();
-        for line in [
+        for (case, line) in [
             written(r"\/"),
             written(r"\u0041"),
             written(r"\u001F"),
             written(r"\u000a"),
             written(r"\ud83d\ude00"),
             key,
+            key_and_mark,
             control,
             twice,
             broken,
             small,
-        ] {
-            let back = parse_split(line.clone().into_bytes(), parse).unwrap_err();
-            assert_eq!(back, line.as_bytes());
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let Err(back) = parse_split(line.clone().into_bytes(), parse) else {
+                panic!("case {case} was split");
+            };
+            assert!(back == line.as_bytes(), "case {case} came back changed");
         }
     }
 
