@@ -2224,13 +2224,13 @@ fn null_id_error(code: i64, message: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}})
 }
 
-/// Whether a line that did not parse was meant as JSON (a BOM aside): an
-/// object or an array.
 /// The bytes of a line that did not parse as one message: never split.
 fn unparsed(raw: Raw) -> Vec<u8> {
     raw.into_bytes(&mut Value::Null)
 }
 
+/// Whether a line that did not parse was meant as JSON (a BOM aside): an
+/// object or an array.
 fn looks_like_json(raw: &[u8]) -> bool {
     let text = raw.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(raw);
     matches!(text.trim_ascii_start().first(), Some(b'{' | b'['))

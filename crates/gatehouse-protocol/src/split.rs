@@ -30,7 +30,7 @@ pub enum Raw {
 }
 
 /// The bytes before and after a moved string, and where it is in the value.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Split {
     head: Vec<u8>,
     tail: Vec<u8>,
@@ -69,23 +69,35 @@ impl Raw {
     /// The line, byte for byte. A split line takes its string back out of
     /// `value`, the value it was parsed with (which keeps an empty string
     /// there); a whole line ignores `value`. The string's buffer becomes
-    /// the line's, with room for the writer's `\n`.
+    /// the line's, with room for the writer's `\n`. Given any other value,
+    /// a split line comes back empty: nothing goes on rather than other
+    /// bytes.
     pub fn into_bytes(self, value: &mut Value) -> Vec<u8> {
         let split = match self {
             Raw::Whole(bytes) => return bytes,
             Raw::Split(split) => split,
         };
-        let mut line = take_string(value, &split.path).into_bytes();
-        escape_in_place(&mut line, split.head.len(), split.tail.len() + 1);
-        line[..split.head.len()].copy_from_slice(&split.head);
-        line.extend_from_slice(&split.tail);
-        debug_assert_eq!(
-            line.len(),
-            split.len,
-            "a split line is put back with the value it was parsed with"
-        );
-        line
+        let moved = take_string(value, &split.path).unwrap_or_default();
+        assemble(&split.head, moved.into_bytes(), &split.tail, split.len)
     }
+}
+
+/// `head`, `moved` escaped in place, `tail`: the line of `len` bytes the
+/// three were cut from, with room for the writer's `\n`. Empty when they
+/// do not make up that line (a value other than the one parsed with it):
+/// nothing rather than other bytes goes on.
+fn assemble(head: &[u8], mut moved: Vec<u8>, tail: &[u8], len: usize) -> Vec<u8> {
+    if !escape_in_place(
+        &mut moved,
+        head.len(),
+        len.checked_sub(tail.len()),
+        tail.len() + 1,
+    ) {
+        return Vec::new();
+    }
+    moved[..head.len()].copy_from_slice(head);
+    moved.extend_from_slice(tail);
+    moved
 }
 
 /// A large line parsed with its longest string moved into the value: the
@@ -125,16 +137,15 @@ pub(crate) fn parse_split(
     bytes.truncate(string.end);
     bytes.drain(..string.start);
     unescape_in_place(&mut bytes);
+    // Valid UTF-8 cut at ASCII quotes, ASCII escapes replaced: still UTF-8.
     let moved = match String::from_utf8(bytes) {
         Ok(moved) => moved,
-        Err(err) => {
-            let mut raw = head;
-            raw.extend_from_slice(err.as_bytes());
-            raw.extend_from_slice(&tail);
-            return Err(raw);
-        }
+        Err(err) => return Err(assemble(&head, err.into_bytes(), &tail, len)),
     };
-    *slot(&mut value, &path) = Value::String(moved);
+    let Some(slot) = slot(&mut value, &path) else {
+        return Err(assemble(&head, moved.into_bytes(), &tail, len));
+    };
+    *slot = Value::String(moved);
     Ok((
         value,
         Split {
@@ -148,15 +159,30 @@ pub(crate) fn parse_split(
 }
 
 /// The contents of the line's longest string when it may move: the line
-/// is UTF-8 and at least [`SPLIT_MIN`] long, the string holds no control
-/// character (invalid in JSON: the line must fail to parse as it would
-/// whole) and writes each escape as serde_json would.
+/// is one UTF-8 object of at least [`SPLIT_MIN`] bytes, the string is at
+/// least half of it, nothing else in the line writes a NUL, the string
+/// holds no control character (invalid in JSON: the line must fail to
+/// parse as it would whole) and writes each escape as serde_json would.
 fn movable_string(raw: &[u8]) -> Option<Range<usize>> {
     if raw.len() < SPLIT_MIN || std::str::from_utf8(raw).is_err() {
         return None;
     }
+    // One message (an object): a batch is never split.
+    if raw.trim_ascii_start().first() != Some(&b'{') {
+        return None;
+    }
     let string = longest_string(raw)?;
-    if string.len() < SPLIT_MIN / 2 {
+    // Most of the line, or the kept bytes around it (and the moved
+    // buffer's spare room) cost more than the copy they save.
+    if string.len() < raw.len() / 2 {
+        return None;
+    }
+    // A NUL can only be written `\u0000`: without one around the string,
+    // no other string of the line can spell the placeholder, whatever
+    // duplicate keys the parse drops.
+    let nul = memchr::memmem::find(&raw[..string.start], br"\u0000").is_some()
+        || memchr::memmem::find(&raw[string.end..], br"\u0000").is_some();
+    if nul {
         return None;
     }
     let content = &raw[string.clone()];
@@ -278,38 +304,46 @@ fn unescape_in_place(bytes: &mut Vec<u8>) {
 }
 
 /// Escapes `bytes` in place as serde_json writes a string, after `front`
-/// bytes left for the caller, with room for `spare` more at the end.
-fn escape_in_place(bytes: &mut Vec<u8>, front: usize, spare: usize) {
+/// bytes left for the caller, with room for `spare` more at the end; false
+/// (and `bytes` untouched) when the escaped string would not end at
+/// `end`. Two passes, both skipping 64-byte chunks with nothing to escape:
+/// one counts, one moves bytes from the back (each moves right, so none is
+/// overwritten before it is read).
+fn escape_in_place(bytes: &mut Vec<u8>, front: usize, end: Option<usize>, spare: usize) -> bool {
+    const CHUNK: usize = 64;
     let needs = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
-    let mut escapes = Vec::new();
-    let mut extra = 0;
-    for (c, chunk) in bytes.chunks(64).enumerate() {
-        if !chunk.iter().fold(false, |seen, &b| seen | needs(b)) {
-            continue;
-        }
-        for (j, &b) in chunk.iter().enumerate() {
-            if needs(b) {
-                escapes.push(c * 64 + j);
-                extra += escaped(b).map_or(0, |(_, len)| len - 1);
-            }
-        }
-    }
+    let clean = |chunk: &[u8]| !chunk.iter().fold(false, |seen, &b| seen | needs(b));
+    let extra_of = |b: u8| escaped(b).map_or(0, |(_, len)| len - 1);
+    let extra: usize = bytes
+        .chunks(CHUNK)
+        .filter(|chunk| !clean(chunk))
+        .flat_map(|chunk| chunk.iter().map(|&b| extra_of(b)))
+        .sum();
     let len = bytes.len();
+    if end != Some(front + len + extra) {
+        return false;
+    }
     bytes.reserve(front + extra + spare);
     bytes.resize(front + len + extra, 0);
-    // From the back: every byte moves right, so none is overwritten before
-    // it is read.
-    let (mut end, mut to) = (len, front + len + extra);
-    for &at in escapes.iter().rev() {
-        let run = end - (at + 1);
-        bytes.copy_within(at + 1..end, to - run);
-        to -= run;
-        let (written, len) = escaped(bytes[at]).unwrap_or(([bytes[at]; 6], 1));
-        bytes[to - len..to].copy_from_slice(&written[..len]);
-        to -= len;
-        end = at;
+    let mut to = front + len + extra;
+    let mut chunk_end = len;
+    while chunk_end > 0 {
+        let chunk_start = (chunk_end - 1) / CHUNK * CHUNK;
+        if clean(&bytes[chunk_start..chunk_end]) {
+            let run = chunk_end - chunk_start;
+            bytes.copy_within(chunk_start..chunk_end, to - run);
+            to -= run;
+        } else {
+            for at in (chunk_start..chunk_end).rev() {
+                let (written, n) = escaped(bytes[at]).unwrap_or(([bytes[at]; 6], 1));
+                bytes[to - n..to].copy_from_slice(&written[..n]);
+                to -= n;
+            }
+        }
+        chunk_end = chunk_start;
     }
-    bytes.copy_within(..end, front);
+    debug_assert_eq!(to, front);
+    true
 }
 
 /// Where the placeholder is in a parsed line.
@@ -346,19 +380,20 @@ fn find_mark(value: &Value, path: &mut Vec<Step>, marks: &mut Marks) {
     }
 }
 
-/// The value at `path`, which `find_mark` found.
-fn slot<'v>(value: &'v mut Value, path: &[Step]) -> &'v mut Value {
-    path.iter().fold(value, |at, step| match step {
-        Step::Key(key) => &mut at[key.as_str()],
-        Step::Index(i) => &mut at[*i],
+/// The value at `path` (which `find_mark` found), looked up without
+/// inserting anything.
+fn slot<'v>(value: &'v mut Value, path: &[Step]) -> Option<&'v mut Value> {
+    path.iter().try_fold(value, |at, step| match step {
+        Step::Key(key) => at.get_mut(key.as_str()),
+        Step::Index(i) => at.get_mut(*i),
     })
 }
 
 /// Takes the string at `path` out of `value`, leaving an empty one.
-fn take_string(value: &mut Value, path: &[Step]) -> String {
-    match slot(value, path) {
-        Value::String(s) => std::mem::take(s),
-        _ => String::new(),
+fn take_string(value: &mut Value, path: &[Step]) -> Option<String> {
+    match slot(value, path)? {
+        Value::String(s) => Some(std::mem::take(s)),
+        _ => None,
     }
 }
 
@@ -407,6 +442,10 @@ mod tests {
         let control = format!("{{\"id\":1,\"result\":{{\"t\":\"\t{text}\"}}}}");
         let twice = format!(r#"{{"id":1,"result":{{"t":"{text}","m":"{MARK_WRITTEN}"}}}}"#);
         let broken = format!(r#"{{"id":1,"result":{{"t":"{text}"}}"#);
+        // The parse keeps the last of two `t`s: the placeholder's text.
+        let duplicate = format!(r#"{{"id":1,"result":{{"t":"{text}","t":"{MARK_WRITTEN}"}}}}"#);
+        let batch = format!(r#"[{{"id":1,"result":{{"t":"{text}"}}}}]"#);
+        let half = format!(r#"{{"id":1,"result":{{"t":"{text}","u":"{text}z"}}}}"#);
         let small = r#"{"id":1,"result":{"t":"yyyy"}}"#.to_string();
         for (case, line) in [
             written(r"\/"),
@@ -419,6 +458,9 @@ mod tests {
             control,
             twice,
             broken,
+            duplicate,
+            batch,
+            half,
             small,
         ]
         .into_iter()
@@ -429,6 +471,17 @@ mod tests {
             };
             assert!(back == line.as_bytes(), "case {case} came back changed");
         }
+    }
+
+    #[test]
+    fn a_split_line_put_back_with_another_value_goes_on_as_nothing() {
+        let line = format!(r#"{{"id":1,"result":{{"t":"{}"}}}}"#, big('y'));
+        let (mut value, split, _) = parse_split(line.into_bytes(), parse).expect("splits");
+        for mut other in [Value::Null, serde_json::json!({"result": {"t": "short"}})] {
+            let raw = Raw::Split(split.clone());
+            assert!(raw.into_bytes(&mut other).is_empty());
+        }
+        assert!(!Raw::Split(split).into_bytes(&mut value).is_empty());
     }
 
     #[test]
@@ -449,7 +502,7 @@ mod tests {
             let content = &written.as_bytes()[1..written.len() - 1];
             proptest::prop_assert!(escapes_are_canonical(content));
             let mut bytes = text.clone().into_bytes();
-            escape_in_place(&mut bytes, 3, 0);
+            proptest::prop_assert!(escape_in_place(&mut bytes, 3, Some(3 + content.len()), 0));
             proptest::prop_assert_eq!(&bytes[3..], content);
             let mut back = content.to_vec();
             unescape_in_place(&mut back);
