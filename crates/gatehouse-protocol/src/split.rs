@@ -313,7 +313,11 @@ fn escape_in_place(bytes: &mut Vec<u8>, front: usize, end: Option<usize>, spare:
     const CHUNK: usize = 64;
     let needs = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
     let clean = |chunk: &[u8]| !chunk.iter().fold(false, |seen, &b| seen | needs(b));
-    let extra_of = |b: u8| escaped(b).map_or(0, |(_, len)| len - 1);
+    let extra_of = |b: u8| match escape_letter(b) {
+        Some(b'u') => 5,
+        Some(_) => 1,
+        None => 0,
+    };
     let extra: usize = bytes
         .chunks(CHUNK)
         .filter(|chunk| !clean(chunk))
@@ -334,11 +338,21 @@ fn escape_in_place(bytes: &mut Vec<u8>, front: usize, end: Option<usize>, spare:
             bytes.copy_within(chunk_start..chunk_end, to - run);
             to -= run;
         } else {
-            for at in (chunk_start..chunk_end).rev() {
+            // From escape to escape: the bytes between move as one run.
+            let mut end = chunk_end;
+            while let Some(at) = bytes[chunk_start..end].iter().rposition(|&b| needs(b)) {
+                let at = chunk_start + at;
+                let run = end - (at + 1);
+                bytes.copy_within(at + 1..end, to - run);
+                to -= run;
                 let (written, n) = escaped(bytes[at]).unwrap_or(([bytes[at]; 6], 1));
                 bytes[to - n..to].copy_from_slice(&written[..n]);
                 to -= n;
+                end = at;
             }
+            let run = end - chunk_start;
+            bytes.copy_within(chunk_start..end, to - run);
+            to -= run;
         }
         chunk_end = chunk_start;
     }
