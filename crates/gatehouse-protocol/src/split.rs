@@ -4,8 +4,8 @@
 //! at least [`SPLIT_MIN`] bytes keeps only the bytes around its longest
 //! string; the string's buffer (the line's own, not a copy) moves into the
 //! value, unescaped in place, and goes back, escaped in place, when the
-//! line is forwarded. Only a string whose every escape is the one
-//! serde_json writes moves, so writing it back gives the same bytes.
+//! line is forwarded. Only a string that writing back gives the same bytes
+//! moves (see `movable_string` for the conditions).
 
 use std::ops::Range;
 
@@ -103,9 +103,9 @@ fn assemble(head: &[u8], mut moved: Vec<u8>, tail: &[u8], len: usize) -> Vec<u8>
 /// A large line parsed with its longest string moved into the value: the
 /// value, the bytes around the string, and the text that was parsed (the
 /// line with a placeholder for the string). `Err` gives the line back
-/// untouched when it does not qualify: under [`SPLIT_MIN`], not UTF-8, its
-/// longest string escaped, a key or not unique, or the rest not JSON (the
-/// caller's own parse then says why).
+/// untouched when it does not qualify (`movable_string`), is not UTF-8,
+/// its longest string is a key or the placeholder is not unique, or the
+/// rest is not JSON (the caller's own parse then says why).
 pub(crate) fn parse_split(
     raw: Vec<u8>,
     parse: impl FnOnce(&str) -> Option<Value>,
@@ -113,11 +113,18 @@ pub(crate) fn parse_split(
     let Some(string) = movable_string(&raw) else {
         return Err(raw);
     };
-    let mut text = String::with_capacity(raw.len() - string.len() + MARK_WRITTEN.len());
-    // UTF-8 was checked by `movable_string`; the cut is at ASCII quotes.
-    text.push_str(std::str::from_utf8(&raw[..string.start]).unwrap_or_default());
+    // The cuts are at ASCII quotes, so the line is UTF-8 exactly when its
+    // three parts are; the moved string is checked once, after it moved.
+    let (Ok(head), Ok(tail)) = (
+        std::str::from_utf8(&raw[..string.start]),
+        std::str::from_utf8(&raw[string.end..]),
+    ) else {
+        return Err(raw);
+    };
+    let mut text = String::with_capacity(head.len() + MARK_WRITTEN.len() + tail.len());
+    text.push_str(head);
     text.push_str(MARK_WRITTEN);
-    text.push_str(std::str::from_utf8(&raw[string.end..]).unwrap_or_default());
+    text.push_str(tail);
     let parsed = parse(text.strip_suffix('\r').unwrap_or(&text));
     let Some(mut value) = parsed else {
         return Err(raw);
@@ -137,7 +144,8 @@ pub(crate) fn parse_split(
     bytes.truncate(string.end);
     bytes.drain(..string.start);
     unescape_in_place(&mut bytes);
-    // Valid UTF-8 cut at ASCII quotes, ASCII escapes replaced: still UTF-8.
+    // Not UTF-8: the line goes back as it came (escaping undoes the
+    // unescaping exactly), for the caller's parse to refuse.
     let moved = match String::from_utf8(bytes) {
         Ok(moved) => moved,
         Err(err) => return Err(assemble(&head, err.into_bytes(), &tail, len)),
@@ -159,12 +167,12 @@ pub(crate) fn parse_split(
 }
 
 /// The contents of the line's longest string when it may move: the line
-/// is one UTF-8 object of at least [`SPLIT_MIN`] bytes, the string is at
+/// is one object of at least [`SPLIT_MIN`] bytes, the string is at
 /// least half of it, nothing else in the line writes a NUL, the string
 /// holds no control character (invalid in JSON: the line must fail to
 /// parse as it would whole) and writes each escape as serde_json would.
 fn movable_string(raw: &[u8]) -> Option<Range<usize>> {
-    if raw.len() < SPLIT_MIN || std::str::from_utf8(raw).is_err() {
+    if raw.len() < SPLIT_MIN {
         return None;
     }
     // One message (an object): a batch is never split.
@@ -311,7 +319,7 @@ fn unescape_in_place(bytes: &mut Vec<u8>) {
 /// overwritten before it is read).
 fn escape_in_place(bytes: &mut Vec<u8>, front: usize, end: Option<usize>, spare: usize) -> bool {
     const CHUNK: usize = 64;
-    let needs = |b: u8| b < 0x20 || b == b'"' || b == b'\\';
+    let needs = |b: u8| escape_letter(b).is_some();
     let clean = |chunk: &[u8]| !chunk.iter().fold(false, |seen, &b| seen | needs(b));
     let extra_of = |b: u8| match escape_letter(b) {
         Some(b'u') => 5,
@@ -445,6 +453,18 @@ mod tests {
         }
     }
 
+    /// Lines that are not UTF-8: in the string that would move (after an
+    /// escape it unescapes), and around it.
+    fn not_utf8(text: &str) -> [Vec<u8>; 2] {
+        let mut inside = format!(r#"{{"id":1,"result":{{"t":"\n{text}"}}}}"#).into_bytes();
+        let at = inside.len() - 10;
+        inside[at] = 0xff;
+        let mut around = format!(r#"{{"id":1,"result":{{"x":"é","t":"{text}"}}}}"#).into_bytes();
+        let at = around.iter().position(|&b| b >= 0x80).expect("é");
+        around[at] = 0xff;
+        [inside, around]
+    }
+
     #[test]
     fn lines_that_cannot_split_come_back_untouched() {
         let text = big('y');
@@ -478,12 +498,14 @@ mod tests {
             small,
         ]
         .into_iter()
+        .map(String::into_bytes)
+        .chain(not_utf8(&text))
         .enumerate()
         {
-            let Err(back) = parse_split(line.clone().into_bytes(), parse) else {
+            let Err(back) = parse_split(line.clone(), parse) else {
                 panic!("case {case} was split");
             };
-            assert!(back == line.as_bytes(), "case {case} came back changed");
+            assert!(back == line, "case {case} came back changed");
         }
     }
 

@@ -53,16 +53,12 @@ pub fn call_frame(bytes: Vec<u8>) -> (CallFrame, Raw) {
 }
 
 /// The messages of a server frame (a batch reply's elements, or the one
-/// message; empty when it is not JSON), and its bytes for
-/// [`Raw::into_bytes`] with the one message.
+/// message; empty when it is not JSON), read as [`call_frame`] reads a
+/// client's, and its bytes for [`Raw::into_bytes`] with the one message.
 pub fn messages(bytes: Vec<u8>) -> (Vec<Value>, Raw) {
-    let (raw, value) = gatehouse_protocol::json_value_owned(bytes);
-    let messages = match value {
-        Some(Value::Array(items)) => items,
-        Some(v) => vec![v],
-        None => Vec::new(),
-    };
-    (messages, raw)
+    let (frame, raw) = call_frame(bytes);
+    let messages = frame.into_messages().map(|(items, _)| items);
+    (messages.unwrap_or_default(), raw)
 }
 
 /// Whether a message is a `tools/call` request (it has an id).
