@@ -427,18 +427,24 @@ impl<I: Inspector> Relay<I> {
             }
             // A line that is not even meant as JSON passes through: the
             // server is the one that has to reject it.
-            FrameBody::Empty => out.push(Output::ToServer(unparsed(raw))),
+            FrameBody::Empty => out.push(Output::ToServer(raw.into_unsplit_bytes())),
             FrameBody::Unparseable(_) if !looks_like_json(raw.ends().0) => {
-                out.push(Output::ToServer(unparsed(raw)))
+                out.push(Output::ToServer(raw.into_unsplit_bytes()))
             }
             FrameBody::Unparseable(why) => {
                 let why = format!("it could not be parsed ({why})");
-                let raw = unparsed(raw);
+                let raw = raw.into_unsplit_bytes();
                 self.refuse_client_frame(raw, "framing.unparseable", -32700, &why, &mut out)
             }
             FrameBody::TooDeep => {
                 let why = "it is nested too deeply to inspect";
-                self.refuse_client_frame(unparsed(raw), "framing.too_deep", -32600, why, &mut out)
+                self.refuse_client_frame(
+                    raw.into_unsplit_bytes(),
+                    "framing.too_deep",
+                    -32600,
+                    why,
+                    &mut out,
+                )
             }
         }
         out
@@ -2222,11 +2228,6 @@ fn message_line(value: &Value, id: Option<&RequestId>) -> Vec<u8> {
 /// The error JSON-RPC sends when a request's id cannot be read.
 fn null_id_error(code: i64, message: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}})
-}
-
-/// The bytes of a line that did not parse as one message: never split.
-fn unparsed(raw: Raw) -> Vec<u8> {
-    raw.into_bytes(&mut Value::Null)
 }
 
 /// Whether a line that did not parse was meant as JSON (a BOM aside): an

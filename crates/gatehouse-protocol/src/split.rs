@@ -80,6 +80,13 @@ impl Raw {
         let moved = take_string(value, &split.path).unwrap_or_default();
         assemble(&split.head, moved.into_bytes(), &split.tail, split.len)
     }
+
+    /// The line of a frame that is not one object message (empty, not
+    /// parsed, a batch): such a line is never split. Were it split, it would
+    /// come back empty, as from [`Raw::into_bytes`] with another value.
+    pub fn into_unsplit_bytes(self) -> Vec<u8> {
+        self.into_bytes(&mut Value::Null)
+    }
 }
 
 /// `head`, `moved` escaped in place, `tail`: the line of `len` bytes the

@@ -228,7 +228,7 @@ impl Cross {
     ) {
         let (frame, raw) = batch::call_frame(bytes);
         let Some((items, batched)) = frame.into_messages() else {
-            return out.push(Output::ToServer(raw.into_bytes(&mut Value::Null)));
+            return out.push(Output::ToServer(raw.into_unsplit_bytes()));
         };
         let mut answers = Vec::with_capacity(items.len());
         for item in &items {

@@ -122,7 +122,7 @@ impl Egress {
     fn check_frame(&self, guard: &SecretGuard, bytes: Vec<u8>, out: &mut Vec<Output>) {
         let (frame, raw) = batch::call_frame(bytes);
         let Some((items, batched)) = frame.into_messages() else {
-            return out.push(Output::ToServer(raw.into_bytes(&mut Value::Null)));
+            return out.push(Output::ToServer(raw.into_unsplit_bytes()));
         };
         let mut answers = Vec::with_capacity(items.len());
         for item in &items {

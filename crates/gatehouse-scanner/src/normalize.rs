@@ -756,26 +756,27 @@ fn encoded_layers(raw: &str, out: &mut Vec<Layer>, depth: usize) {
     hex_layers(raw, out);
 }
 
-fn decode_b64(run: &str) -> Option<String> {
-    let engines = [
-        &base64::engine::general_purpose::STANDARD_NO_PAD,
-        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-    ];
+/// A base64 run without its padding and, at a length ≡ 1 (mod 4), which
+/// cannot decode, without its stray last char.
+fn b64_body(run: &str) -> &str {
     let trimmed = run.trim_end_matches('=');
-    for e in engines {
-        // Lengths ≡ 1 (mod 4) cannot decode; drop the stray char.
-        let cut = if trimmed.len() % 4 == 1 {
-            &trimmed[..trimmed.len() - 1]
-        } else {
-            trimmed
-        };
-        if let Ok(bytes) = e.decode(cut) {
-            if let Some(t) = looks_like_text(&bytes) {
-                return Some(t);
-            }
-        }
+    if trimmed.len() % 4 == 1 {
+        &trimmed[..trimmed.len() - 1]
+    } else {
+        trimmed
     }
-    None
+}
+
+fn decode_b64(run: &str) -> Option<String> {
+    let cut = b64_body(run);
+    // The run's alphabet: `-` and `_` are URL-safe only, `+` and `/`
+    // standard only, and a run with neither decodes the same either way.
+    let engine = if memchr::memchr2(b'-', b'_', cut.as_bytes()).is_some() {
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+    } else {
+        &base64::engine::general_purpose::STANDARD_NO_PAD
+    };
+    looks_like_text(&engine.decode(cut).ok()?)
 }
 
 fn decode_b32(run: &str) -> Option<String> {
@@ -955,6 +956,37 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    /// `decode_b64` as it was: both alphabets tried in turn.
+    fn decode_b64_both(run: &str) -> Option<String> {
+        let cut = b64_body(run);
+        [
+            &base64::engine::general_purpose::STANDARD_NO_PAD,
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        ]
+        .into_iter()
+        .find_map(|e| looks_like_text(&e.decode(cut).ok()?))
+    }
+
+    proptest! {
+        /// Decoding once, in the run's own alphabet, finds what trying both
+        /// found: text encoded either way, with padding, a stray last char,
+        /// or characters of both alphabets.
+        #[test]
+        fn one_alphabet_decodes_as_both_did(
+            text in "[ -~]{8,60}",
+            url_safe in any::<bool>(),
+            tail in "[=+/_-]{0,3}",
+        ) {
+            let engine = if url_safe {
+                &base64::engine::general_purpose::URL_SAFE
+            } else {
+                &base64::engine::general_purpose::STANDARD
+            };
+            let run = engine.encode(text.as_bytes()) + &tail;
+            prop_assert_eq!(decode_b64(&run), decode_b64_both(&run));
+        }
+    }
 
     fn check(input: &str, expect: &str) {
         let v = normalize(input);

@@ -100,7 +100,7 @@ pub fn assemble(
     answers: Vec<Option<Value>>,
 ) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
     if answers.iter().all(Option::is_none) {
-        return (Some(raw.into_bytes(&mut Value::Null)), None);
+        return (Some(raw.into_unsplit_bytes()), None);
     }
     let mut forward = Vec::new();
     let mut reply = Vec::new();
