@@ -22,14 +22,20 @@ async function rust(what) {
   assert(reply === "ok", `${what}: ${reply}`);
 }
 
-/** Opens the inbox until a card with `text` is there (the wrap posts it). */
-async function inboxCard(text) {
-  const card = page.locator("article.consent", { hasText: text });
+/**
+ * Opens the inbox until `server`'s card with `text` is there (the wrap posts
+ * it). The "quiet" wrap asks the same question and its card stays until its
+ * 3 s timeout, which the steps before may beat.
+ */
+async function inboxCard(text, server = "asker") {
+  const card = page.locator("article.consent", { hasText: text }).filter({
+    has: page.locator(".who", { hasText: new RegExp(`^\\s*Server ${server} \\(`) }),
+  });
   const until = Date.now() + 15_000;
   for (;;) {
     await nav("Consent inbox");
     if (await card.count()) return card;
-    assert(Date.now() < until, `no inbox card with ${JSON.stringify(text)} within 15 s`);
+    assert(Date.now() < until, `no inbox card from ${server} with ${JSON.stringify(text)} within 15 s`);
     await page.waitForTimeout(300);
   }
 }
