@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
+use regex_syntax::hir::{Class, Hir, HirKind, Repetition};
 
 use crate::normalize::{self, is_blank, is_invisible, LayerKind};
 use crate::rules::{Kind, MENTION_MARKERS, NEGATIONS, RULES};
@@ -49,6 +50,13 @@ enum Bounds {
     /// in every wrap process at start).
     LooseForSet,
 }
+
+/// The set's lazy-DFA cache, counted as the regex crate counts it (its
+/// tables grow by doubling, so the heap can hold about twice this). A
+/// cache that fills is cleared and refilled. Smaller caches were measured
+/// to trade little memory for much time: 2,000 varied outputs took 1.5 s
+/// at 64 or 32 MiB, 2.4 s at 16 and 11 s at 4, for 50, 48 and 36 MB.
+const SET_DFA_CACHE: usize = 1 << 26;
 
 /// Upper bounds up to this stay exact in the set (cheap to compile, and
 /// they keep the set from picking rules that cannot match).
@@ -126,6 +134,89 @@ fn loose_repetition(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Opt
     }
     chars.nth(rest.len()); // the bounds and the closing brace
     Some(format!("{{{min},}}"))
+}
+
+/// A rule as the set holds it: `translated` up to its first gap, a long
+/// run of a class that spans words (`[^.\n]{0,80}`, `[\w ]{0,20}`, `.*`).
+/// The set only picks the rules whose own regex runs, so a prefix is
+/// enough. A gap keeps the set's automaton inside a half-matched rule
+/// for a whole sentence, and several at once multiply its states: with
+/// the gaps, 2,000 varied outputs grew the lazy-DFA cache to 60 MB and
+/// spent most of their time building states (BENCHMARKS.md).
+fn set_prefix(id: &'static str, translated: &str) -> Result<String, ScannerError> {
+    let hir =
+        regex_syntax::Parser::new()
+            .parse(translated)
+            .map_err(|e| ScannerError::BuiltinRule {
+                id,
+                reason: e.to_string(),
+            })?;
+    Ok(until_gap(&hir).0.to_string())
+}
+
+/// `hir` up to its first gap, and whether one was cut off.
+fn until_gap(hir: &Hir) -> (Hir, bool) {
+    match hir.kind() {
+        _ if is_gap(hir) => (Hir::empty(), true),
+        HirKind::Concat(items) => {
+            let mut kept = Vec::with_capacity(items.len());
+            for item in items {
+                let (prefix, cut) = until_gap(item);
+                kept.push(prefix);
+                if cut {
+                    return (Hir::concat(kept), true);
+                }
+            }
+            (hir.clone(), false)
+        }
+        HirKind::Alternation(branches) => {
+            let cut: Vec<(Hir, bool)> = branches.iter().map(until_gap).collect();
+            if !cut.iter().any(|(_, c)| *c) {
+                return (hir.clone(), false);
+            }
+            (
+                Hir::alternation(cut.into_iter().map(|(h, _)| h).collect()),
+                true,
+            )
+        }
+        HirKind::Capture(group) => until_gap(&group.sub),
+        // A repetition whose body was cut matches at most that body's
+        // prefix once (or nothing, if the body was optional).
+        HirKind::Repetition(rep) => match until_gap(&rep.sub) {
+            (prefix, true) => {
+                let once = Repetition {
+                    min: rep.min.min(1),
+                    max: Some(1),
+                    greedy: rep.greedy,
+                    sub: Box::new(prefix),
+                };
+                (Hir::repetition(once), true)
+            }
+            _ => (hir.clone(), false),
+        },
+        _ => (hir.clone(), false),
+    }
+}
+
+/// A repetition of more than [`SET_EXACT_BOUND_MAX`] of a class holding
+/// both a space and a letter.
+fn is_gap(hir: &Hir) -> bool {
+    let HirKind::Repetition(rep) = hir.kind() else {
+        return false;
+    };
+    let HirKind::Class(class) = rep.sub.kind() else {
+        return false;
+    };
+    let long = rep.max.is_none_or(|max| max > SET_EXACT_BOUND_MAX);
+    let spans_words = match class {
+        Class::Unicode(c) => [' ', 'a']
+            .iter()
+            .all(|&ch| c.ranges().iter().any(|r| r.start() <= ch && ch <= r.end())),
+        Class::Bytes(c) => [b' ', b'a']
+            .iter()
+            .all(|&b| c.ranges().iter().any(|r| r.start() <= b && b <= r.end())),
+    };
+    long && spans_words
 }
 
 /// One rule's regex, compiled on first use.
@@ -249,10 +340,11 @@ impl Engine {
     pub fn new() -> Result<Engine, ScannerError> {
         let set_pats = RULES
             .iter()
-            .map(|r| translate(r.pattern, Bounds::LooseForSet));
+            .map(|r| set_prefix(r.id, &translate(r.pattern, Bounds::LooseForSet)))
+            .collect::<Result<Vec<_>, _>>()?;
         let set = RegexSetBuilder::new(set_pats)
             .size_limit(1 << 26)
-            .dfa_size_limit(1 << 26)
+            .dfa_size_limit(SET_DFA_CACHE)
             .build()
             .map_err(|e| ScannerError::BuiltinRule {
                 id: "set",
@@ -1539,6 +1631,29 @@ mod tests {
         for (pattern, loose) in cases {
             assert_eq!(translate(pattern, Bounds::LooseForSet), loose, "{pattern}");
             assert_eq!(translate(pattern, Bounds::Exact), pattern, "{pattern}");
+        }
+    }
+
+    #[test]
+    fn the_set_holds_each_rule_up_to_its_first_gap() {
+        let prefix = |p: &str| Regex::new(&set_prefix("test", p).unwrap()).unwrap();
+        // A gap and all after it go; other branches stay whole.
+        let re = prefix(r"send[^.\n]{0,80}to (me|you)|call\s+now");
+        assert!(re.is_match("send"));
+        assert!(!re.is_match("call"));
+        assert!(re.is_match("call now"));
+        // Cut inside a group: what follows the group goes too.
+        let re = prefix(r"(a[\w ]{0,20}b)+c");
+        assert!(re.is_match("a"));
+        assert!(!re.is_match("b"));
+        // Not gaps: a short bound, a class without a space or a letter.
+        for p in [
+            r"x[^.\n]{0,8}y",
+            r"x\S{0,400}y",
+            r"x\s+y",
+            r"x[a-z]{0,200}y",
+        ] {
+            assert!(!prefix(p).is_match("x"), "{p} was cut");
         }
     }
 
