@@ -1225,6 +1225,46 @@ mod tests {
         assert_eq!(first.last_time_ms, 10_400);
     }
 
+    /// Small batches keep their prepared statements: the same texts run
+    /// again after a batch that failed inside its transaction.
+    #[tokio::test]
+    async fn a_cached_batch_runs_again_after_one_failed_halfway() {
+        let store = mem().await;
+        sqlx::query(
+            "CREATE TRIGGER refuse_boom BEFORE INSERT ON events \
+             WHEN NEW.server_id = 'boom' BEGIN SELECT RAISE(ABORT, 'boom'); END",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        let ok = |t| ev(t, "frame_dropped", "s", Action::Block, Severity::High);
+        let boom = ev(
+            20_000,
+            "frame_dropped",
+            "boom",
+            Action::Block,
+            Severity::High,
+        );
+        for round in 0..3 {
+            let t = 10_000 * (round + 1);
+            assert_eq!(store.insert_events(&[ok(t)]).await.unwrap(), 1);
+            assert_eq!(
+                store
+                    .insert_events(&[ok(t + 1), ok(t + 50_000)])
+                    .await
+                    .unwrap(),
+                2
+            );
+            assert!(store
+                .insert_events(std::slice::from_ref(&boom))
+                .await
+                .is_err());
+        }
+        let rows = store.query_events(&EventFilter::default()).await.unwrap();
+        assert!(rows.iter().all(|e| e.server_id.as_deref() != Some("boom")));
+        assert_eq!(rows.iter().map(|e| e.count).sum::<i64>(), 9);
+    }
+
     #[tokio::test]
     async fn invalid_events_are_refused() {
         let store = mem().await;
