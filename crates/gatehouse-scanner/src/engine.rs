@@ -1657,7 +1657,7 @@ mod tests {
         }
     }
 
-    /// The set only picks which rules run; a loosened set must still pick
+    /// The set only picks which rules run; loosened and cut at gaps, it must still pick
     /// every rule whose own regex matches, over the whole shared corpus.
     #[test]
     fn the_set_picks_every_rule_whose_own_regex_matches() {
