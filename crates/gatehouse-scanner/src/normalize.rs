@@ -702,22 +702,50 @@ fn looks_like_text(bytes: &[u8]) -> Option<String> {
     Some(s.to_string())
 }
 
-fn is_b64(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_')
+/// A table of which byte values `$member` holds (built at compile time).
+macro_rules! byte_table {
+    (|$b:ident| $member:expr) => {{
+        let mut table = [false; 256];
+        let mut i = 0;
+        while i < 256 {
+            let $b = i as u8;
+            table[i] = $member;
+            i += 1;
+        }
+        table
+    }};
+}
+
+/// Bytes of either base64 alphabet, by value.
+static B64_BYTES: [bool; 256] =
+    byte_table!(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_'));
+/// Hex digits, by value.
+static HEX_BYTES: [bool; 256] = byte_table!(|b| b.is_ascii_hexdigit());
+
+/// The maximal runs of `bytes` whose values `table` holds, in order: one
+/// table load per byte (every output's bytes are walked like this, twice).
+fn runs<'a>(
+    bytes: &'a [u8],
+    table: &'static [bool; 256],
+) -> impl Iterator<Item = std::ops::Range<usize>> + 'a {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        let start = at + bytes[at..].iter().position(|&b| table[usize::from(b)])?;
+        let len = bytes[start..]
+            .iter()
+            .position(|&b| !table[usize::from(b)])
+            .unwrap_or(bytes.len() - start);
+        at = start + len;
+        Some(start..at)
+    })
 }
 
 fn encoded_layers(raw: &str, out: &mut Vec<Layer>, depth: usize) {
     let bytes = raw.as_bytes();
     // base64 runs (also catches base32 alphabets, tried second)
-    let mut i = 0;
-    while i < bytes.len() && out.len() < MAX_LAYERS {
-        if !is_b64(bytes[i]) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < bytes.len() && is_b64(bytes[i]) {
-            i += 1;
+    for std::ops::Range { start, end: i } in runs(bytes, &B64_BYTES) {
+        if out.len() >= MAX_LAYERS {
+            break;
         }
         let mut end = i;
         while end < bytes.len() && bytes[end] == b'=' && end - i < 2 {
@@ -749,7 +777,6 @@ fn encoded_layers(raw: &str, out: &mut Vec<Layer>, depth: usize) {
                 });
             }
         }
-        i = end.max(i);
     }
     // percent-encoding runs: at least three escapes in one token
     percent_layers(raw, out);
@@ -776,8 +803,22 @@ fn decode_b64(run: &str) -> Option<String> {
     } else {
         &base64::engine::general_purpose::STANDARD_NO_PAD
     };
+    // Most long runs are ids, hashes or binary, which decode to invalid
+    // UTF-8 within a few bytes: their first quads tell, without decoding
+    // the rest. (Quads decode on their own, so these bytes start the whole
+    // decoding; a sequence cut at the prefix's end is not yet invalid.)
+    if cut.len() > B64_PROBE {
+        let head = engine.decode(&cut[..B64_PROBE]).ok()?;
+        if std::str::from_utf8(&head).is_err_and(|e| e.error_len().is_some()) {
+            return None;
+        }
+    }
     looks_like_text(&engine.decode(cut).ok()?)
 }
+
+/// Characters of a long base64 run decoded first, to reject binary early
+/// (a multiple of four: whole quads).
+const B64_PROBE: usize = 64;
 
 fn decode_b32(run: &str) -> Option<String> {
     let body = run.trim_end_matches('=');
@@ -909,15 +950,9 @@ fn hex_layers(raw: &str, out: &mut Vec<Layer>) {
         i = i.max(start + 1);
     }
     // Bare hex strings of printable text (not digests: those decode to binary).
-    let mut i = 0;
-    while i < bytes.len() && out.len() < MAX_LAYERS {
-        if !bytes[i].is_ascii_hexdigit() {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < bytes.len() && bytes[i].is_ascii_hexdigit() {
-            i += 1;
+    for std::ops::Range { start, end: i } in runs(bytes, &HEX_BYTES) {
+        if out.len() >= MAX_LAYERS {
+            break;
         }
         let run = &bytes[start..i];
         if run.len() >= 24 && run.len().is_multiple_of(2) {
@@ -985,6 +1020,57 @@ mod tests {
             };
             let run = engine.encode(text.as_bytes()) + &tail;
             prop_assert_eq!(decode_b64(&run), decode_b64_both(&run));
+        }
+
+        /// `runs` finds exactly the maximal runs a byte-by-byte walk finds.
+        #[test]
+        fn runs_are_the_maximal_runs(bytes in proptest::collection::vec(
+            prop_oneof![Just(b'a'), Just(b'x'), Just(b'='), Just(b' '), any::<u8>()], 0..60,
+        )) {
+            for (table, member) in [
+                (&B64_BYTES, (|b: u8| b.is_ascii_alphanumeric() || b"+/-_".contains(&b)) as fn(u8) -> bool),
+                (&HEX_BYTES, |b: u8| b.is_ascii_hexdigit()),
+            ] {
+                let mut walked = Vec::new();
+                let mut i = 0;
+                while i < bytes.len() {
+                    let start = i;
+                    while i < bytes.len() && member(bytes[i]) {
+                        i += 1;
+                    }
+                    if start < i {
+                        walked.push(start..i);
+                    } else {
+                        i += 1;
+                    }
+                }
+                prop_assert_eq!(runs(&bytes, table).collect::<Vec<_>>(), walked);
+            }
+        }
+
+        /// The early look at a long run's first quads rejects only what the
+        /// whole decoding rejects: text and binary, in both alphabets, and
+        /// text whose multi-byte characters straddle the probe's end.
+        #[test]
+        fn the_probe_rejects_only_what_decoding_rejects(
+            text in "[ -~é€😀]{0,80}",
+            binary in proptest::collection::vec(any::<u8>(), 0..120),
+            binary_first in any::<bool>(),
+            url_safe in any::<bool>(),
+        ) {
+            let engine = if url_safe {
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            } else {
+                &base64::engine::general_purpose::STANDARD_NO_PAD
+            };
+            for bytes in [text.as_bytes().to_vec(), if binary_first {
+                [binary.as_slice(), text.as_bytes()].concat()
+            } else {
+                [text.as_bytes(), binary.as_slice()].concat()
+            }] {
+                let run = engine.encode(&bytes);
+                prop_assert_eq!(decode_b64(&run), decode_b64_both(&run));
+            }
         }
     }
 
