@@ -7,7 +7,8 @@
 //! A poller watches the session's stamp file (one byte appended per join and
 //! leave, so a `stat` detects them) and re-reads the members when it changes
 //! (and every few seconds, to notice crashed members); every call checks the
-//! stamp the same way before it is judged (`Presence::catch_up`). When a
+//! stamp's length before it is judged (`Presence::catch_up`), through a
+//! handle kept open, which spares the path lookup. When a
 //! process that was alone sees a later member, it writes its in-memory calls (with their
 //! results' taint marks and its cool-down) to the shared window and
 //! acknowledges the join in one transaction; every member acknowledges every
@@ -204,6 +205,9 @@ pub struct Presence {
     server_id: String,
     member: i64,
     stamp: PathBuf,
+    /// The stamp, open: its length without a path lookup. The poller
+    /// reopens it if the file at `stamp` is no longer this one.
+    stamp_file: std::sync::Mutex<Option<std::fs::File>>,
     /// The stamp file's length when members were last read.
     seen_len: AtomicU64,
     window_ms: i64,
@@ -238,9 +242,10 @@ fn stamp_path(home: &Path, session: &str) -> PathBuf {
 }
 
 /// Appends a byte to the stamp; `sessions/` is 0700 and stamps 0600, like
-/// the rest of the home (they say which client sessions run).
-fn touch(stamp: &Path) {
-    let write = || -> std::io::Result<()> {
+/// the rest of the home (they say which client sessions run). Returns the
+/// stamp, open.
+fn touch(stamp: &Path) -> Option<std::fs::File> {
+    let write = || -> std::io::Result<std::fs::File> {
         if let Some(dir) = stamp.parent() {
             gatehouse_store::home::ensure_private_dir(dir)?;
         }
@@ -252,11 +257,14 @@ fn touch(stamp: &Path) {
             options.mode(0o600);
         }
         let mut file = options.open(stamp)?;
-        file.write_all(b".")
+        file.write_all(b".")?;
+        Ok(file)
     };
-    if let Err(err) = write() {
-        warn!(%err, path = %stamp.display(), "could not touch the session stamp");
-    }
+    write()
+        .inspect_err(
+            |err| warn!(%err, path = %stamp.display(), "could not touch the session stamp"),
+        )
+        .ok()
 }
 
 fn stamp_len(stamp: &Path) -> u64 {
@@ -280,7 +288,7 @@ impl Presence {
         let (member, others) = store
             .join_session(session, server_id, std::process::id(), now_ms())
             .await?;
-        touch(&stamp);
+        let stamp_file = touch(&stamp);
         let live: Vec<i64> = others
             .iter()
             .filter(|m| alive(m.pid))
@@ -302,6 +310,7 @@ impl Presence {
             member,
             seen_len: AtomicU64::new(seen_len),
             stamp,
+            stamp_file: std::sync::Mutex::new(stamp_file),
             window_ms,
             local: Mutex::new(Local {
                 alone,
@@ -403,7 +412,7 @@ impl Presence {
     /// (the stamp grew) is handled now, so no call is judged alone after
     /// another server joined (one `stat`).
     pub async fn catch_up(&self) {
-        let len = stamp_len(&self.stamp);
+        let len = self.stamp_len();
         if len != self.seen_len.load(Ordering::Acquire) {
             self.refresh_members(len).await;
         }
@@ -416,13 +425,38 @@ impl Presence {
         let mut refreshed = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(POLL).await;
-            let len = stamp_len(&self.stamp);
+            let len = self.stamp_len_by_path();
             if len == self.seen_len.load(Ordering::Acquire) && refreshed.elapsed() < REFRESH {
                 continue;
             }
             refreshed = tokio::time::Instant::now();
             self.refresh_members(len).await;
         }
+    }
+
+    /// The stamp's length, through the open handle (by path without one).
+    fn stamp_len(&self) -> u64 {
+        let file = self.stamp_file.lock().unwrap_or_else(|e| e.into_inner());
+        match file.as_ref().map(std::fs::File::metadata) {
+            Some(Ok(meta)) => meta.len(),
+            _ => stamp_len(&self.stamp),
+        }
+    }
+
+    /// The stamp's length by path. A handle that reads another length is
+    /// on a file since removed or replaced (or the stamp just grew): it is
+    /// reopened, so `catch_up` follows the file the other members touch.
+    fn stamp_len_by_path(&self) -> u64 {
+        let len = stamp_len(&self.stamp);
+        let mut file = self.stamp_file.lock().unwrap_or_else(|e| e.into_inner());
+        let handle_len = file
+            .as_ref()
+            .and_then(|f| f.metadata().ok())
+            .map(|m| m.len());
+        if handle_len != Some(len) {
+            *file = std::fs::File::open(&self.stamp).ok();
+        }
+        len
     }
 
     /// Re-reads the members (noting the stamp's length `len`, read before
@@ -519,5 +553,27 @@ mod tests {
         assert_eq!(mode(stamp.parent().unwrap()), 0o700, "sessions/ is 0700");
         assert_eq!(mode(&stamp), 0o600, "stamps are 0600");
         assert_eq!(stamp_len(&stamp), 2, "each touch appends one byte");
+    }
+
+    #[tokio::test]
+    async fn the_open_stamp_follows_joins_and_a_replaced_file() {
+        let home = tempfile::tempdir().unwrap();
+        let store = Store::open(home.path(), Default::default()).await.unwrap();
+        let me = Presence::join(store, home.path(), "client-1", "srv_a", 60_000)
+            .await
+            .unwrap();
+        assert_eq!(me.stamp_len(), 1, "its own join");
+        touch(&me.stamp);
+        assert_eq!(me.stamp_len(), 2, "another join, seen through the handle");
+
+        // The stamp removed and touched anew: the handle reads the old file
+        // until the poller's look by path reopens it.
+        std::fs::remove_file(&me.stamp).unwrap();
+        touch(&me.stamp);
+        assert_eq!(me.stamp_len(), 2, "the removed file");
+        assert_eq!(me.stamp_len_by_path(), 1);
+        assert_eq!(me.stamp_len(), 1, "the handle is on the new file");
+        touch(&me.stamp);
+        assert_eq!(me.stamp_len(), 2, "and follows it");
     }
 }

@@ -348,6 +348,10 @@ fn is_label(tok: &str, l: &str) -> bool {
 /// A password, key or id: long enough and not a plain word. Labelled tokens
 /// (`password: hunter2x`) count from 6 characters.
 pub fn is_distinctive(token: &str, labelled: bool) -> bool {
+    // Most tokens are short words: fewer bytes than the least characters.
+    if token.len() < if labelled { 6 } else { 8 } {
+        return false;
+    }
     // One pass over the token (a result's token can be megabytes long);
     // an ASCII token is counted byte by byte, without decoding UTF-8.
     let (len, letters, digits, upper, lower) = if token.is_ascii() {
@@ -432,7 +436,7 @@ impl Sample {
     /// hash dropped at a shift is dropped at every larger one, so the
     /// result does not depend on when this runs.
     fn settle(&mut self) {
-        self.kept.sort_unstable();
+        sort_hashes(&mut self.kept);
         self.kept.dedup();
         while self.kept.len() > MAX_GRAMS && self.shift < 32 {
             self.shift += 1;
@@ -448,10 +452,46 @@ impl Sample {
     }
 }
 
+/// Sorts keyed hashes (uniform, unpredictable without the key) in linear
+/// time: one pass into about one bucket per value by their top bits, then
+/// each bucket on its own (a few values at most). A result's marks are
+/// sorted on every read, and a comparison sort of a kilobyte's thousand
+/// window hashes cost more than hashing them.
+fn sort_hashes(values: &mut Vec<u64>) {
+    const SMALL: usize = 64;
+    if values.len() <= SMALL {
+        return values.sort_unstable();
+    }
+    let bits = values.len().ilog2();
+    let bucket = |h: u64| (h >> (64 - bits)) as usize;
+    // ends[b + 1]: where bucket b ends, once summed.
+    let mut ends = vec![0usize; (1 << bits) + 1];
+    for &h in values.iter() {
+        ends[bucket(h) + 1] += 1;
+    }
+    for b in 1..ends.len() {
+        ends[b] += ends[b - 1];
+    }
+    let mut sorted = vec![0u64; values.len()];
+    let mut next = ends.clone();
+    for &h in values.iter() {
+        let at = &mut next[bucket(h)];
+        sorted[*at] = h;
+        *at += 1;
+    }
+    for pair in ends.windows(2) {
+        let bucket = &mut sorted[pair[0]..pair[1]];
+        if bucket.len() > 1 {
+            bucket.sort_unstable();
+        }
+    }
+    *values = sorted;
+}
+
 /// Keeps the `max` smallest distinct values, sorted (the same set whether
 /// applied once at the end or again as values arrive).
 fn smallest_distinct(values: &mut Vec<u64>, max: usize) {
-    values.sort_unstable();
+    sort_hashes(values);
     values.dedup();
     values.truncate(max);
 }
@@ -465,6 +505,10 @@ pub fn result_marks(key: &TaintKey, result: &Value) -> Vec<u8> {
     for text in &texts {
         key.grams(text.as_bytes(), |h| sample.add(h));
         for (tok, labelled) in tokens(text) {
+            // Too short to be distinctive, whole or in (unlabelled) pieces.
+            if tok.len() < if labelled { 6 } else { 8 } {
+                continue;
+            }
             // The token as written, and its pieces judged on their own
             // (unlabelled: `password: my-secret-phrase` keeps the phrase,
             // not the word `secret`).
@@ -564,9 +608,9 @@ impl ArgMarks {
                 marks.add(key, &decoded);
             }
         }
-        marks.grams.sort_unstable();
+        sort_hashes(&mut marks.grams);
         marks.grams.dedup();
-        marks.tokens.sort_unstable();
+        sort_hashes(&mut marks.tokens);
         marks.tokens.dedup();
         marks
     }
@@ -815,6 +859,33 @@ mod ascii_tests {
         let text = b"a https://h.example:8080/p and git+ssh://u@x/ end ://";
         let got: Vec<&[u8]> = url_origins(text).into_iter().map(|r| &text[r]).collect();
         assert_eq!(got, [&b"https://h.example:8080/"[..], b"git+ssh://u"]);
+    }
+}
+
+#[cfg(test)]
+mod sort_tests {
+    use proptest::prelude::*;
+
+    use super::sort_hashes;
+
+    proptest! {
+        /// The bucket sort sorts as a comparison sort does: uniform values,
+        /// repeats, and values all in one bucket (small ones).
+        #[test]
+        fn hashes_sort_as_sort_unstable_does(
+            uniform in proptest::collection::vec(any::<u64>(), 0..600),
+            repeats in proptest::collection::vec(0u64..8, 0..300),
+            small in proptest::collection::vec(0u64..1 << 20, 0..300),
+        ) {
+            let spread = uniform.iter().map(|h| h.rotate_left(7));
+            let skewed: Vec<u64> = repeats.iter().map(|r| r << 60).chain(small).chain(spread).collect();
+            for mut values in [uniform, skewed] {
+                let mut want = values.clone();
+                want.sort_unstable();
+                sort_hashes(&mut values);
+                prop_assert_eq!(values, want);
+            }
+        }
     }
 }
 
