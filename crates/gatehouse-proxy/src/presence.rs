@@ -45,6 +45,12 @@ const REFRESH: Duration = Duration::from_secs(5);
 /// How long a joiner waits for earlier members to acknowledge it (they
 /// notice within one poll; the margin is for a loaded machine).
 pub const JOIN_WAIT: Duration = Duration::from_secs(3);
+/// Joining again after the database was busy: how many times, and the
+/// first wait (doubling). A client starts its servers together, each
+/// writing at start; a wrap that could not join checks every call in the
+/// database for its whole life.
+const JOIN_RETRIES: u32 = 5;
+const JOIN_BACKOFF: Duration = Duration::from_millis(25);
 
 /// A call kept in memory while alone.
 pub struct LocalEntry {
@@ -285,9 +291,22 @@ impl Presence {
         // after that read (even while the state below loads) changes it,
         // and the poller re-reads the members once for our own byte.
         let seen_len = stamp_len(&stamp);
-        let (member, others) = store
-            .join_session(session, server_id, std::process::id(), now_ms())
-            .await?;
+        let mut backoff = JOIN_BACKOFF;
+        let mut retries = JOIN_RETRIES;
+        let (member, others) = loop {
+            // Busy: nothing was written, so joining again is safe.
+            match store
+                .join_session(session, server_id, std::process::id(), now_ms())
+                .await
+            {
+                Err(gatehouse_store::StoreError::Busy) if retries > 0 => {
+                    retries -= 1;
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                joined => break joined?,
+            }
+        };
         let stamp_file = touch(&stamp);
         let live: Vec<i64> = others
             .iter()
@@ -553,6 +572,25 @@ mod tests {
         assert_eq!(mode(stamp.parent().unwrap()), 0o700, "sessions/ is 0700");
         assert_eq!(mode(&stamp), 0o600, "stamps are 0600");
         assert_eq!(stamp_len(&stamp), 2, "each touch appends one byte");
+    }
+
+    #[tokio::test]
+    async fn a_join_waits_out_another_process_writing() {
+        let home = tempfile::tempdir().unwrap();
+        let store = Store::open(home.path(), Default::default()).await.unwrap();
+        // Another process's store (its own pool and write gate) holds the
+        // write lock for three busy timeouts.
+        let other = Store::open(home.path(), Default::default()).await.unwrap();
+        let writing = other.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            drop(writing);
+        });
+        let me = Presence::join(store, home.path(), "client-1", "srv_a", 60_000)
+            .await
+            .expect("joined once the other writer finished");
+        assert!(me.local.lock().await.alone);
+        release.await.unwrap();
     }
 
     #[tokio::test]

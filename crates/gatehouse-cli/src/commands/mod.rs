@@ -47,6 +47,21 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
     })
 }
 
+/// Logs go to stderr (the client's log, for `wrap`): `GATEHOUSE_LOG` (as
+/// in the tray app), else `RUST_LOG`, else warnings and errors, so that
+/// neither an internal error behind a 500 nor a wrap that fell back to a
+/// slower path is silent.
+pub fn log_to_stderr() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("GATEHOUSE_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
 pub mod clients;
 pub mod events;
 pub mod inventory;

@@ -85,7 +85,7 @@ pub fn run_up(args: UpArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
     };
-    logging();
+    super::log_to_stderr();
     raise_fd_limit();
     // Redirect pages a crashed run left behind (their tokens have expired).
     crate::browser::sweep(
@@ -239,20 +239,6 @@ pub fn run_dashboard(args: DashboardArgs) -> anyhow::Result<ExitCode> {
     // the next write or `gatehouse up` sweeps it once its token expired.
     announce(&home, &url, args.open);
     Ok(ExitCode::SUCCESS)
-}
-
-/// Logs of the control plane go to stderr: `GATEHOUSE_LOG` (as in the
-/// tray app), else `RUST_LOG`, else warnings and errors — so an internal
-/// error behind a 500 is never silent.
-fn logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("GATEHOUSE_LOG")
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
 }
 
 /// Raises the soft limit on open files to the hard limit, so connections

@@ -30,6 +30,7 @@ pub struct WrapArgs {
 pub fn run(args: WrapArgs) -> anyhow::Result<ExitCode> {
     // Before any thread starts (gatehouse_proxy::memory).
     gatehouse_proxy::memory::tune_allocator();
+    super::log_to_stderr();
     // Clients with a minimal environment (Claude Desktop) pass no session
     // bus address; the keyring needs one (docs/vault.md).
     #[cfg(target_os = "linux")]
