@@ -345,11 +345,26 @@ fn is_label(tok: &str, l: &str) -> bool {
         && t[t.len() - l.len() - 1] == b'_'
 }
 
+/// Fewest characters of a distinctive token.
+const MIN_DISTINCTIVE: usize = 8;
+/// Fewest characters of a distinctive token after a secret label.
+const MIN_LABELLED: usize = 6;
+
+/// Whether `token` has too few bytes to be distinctive (a byte count is
+/// never below the character count): most tokens are short words.
+fn too_short(token: &str, labelled: bool) -> bool {
+    token.len()
+        < if labelled {
+            MIN_LABELLED
+        } else {
+            MIN_DISTINCTIVE
+        }
+}
+
 /// A password, key or id: long enough and not a plain word. Labelled tokens
 /// (`password: hunter2x`) count from 6 characters.
 pub fn is_distinctive(token: &str, labelled: bool) -> bool {
-    // Most tokens are short words: fewer bytes than the least characters.
-    if token.len() < if labelled { 6 } else { 8 } {
+    if too_short(token, labelled) {
         return false;
     }
     // One pass over the token (a result's token can be megabytes long);
@@ -359,10 +374,10 @@ pub fn is_distinctive(token: &str, labelled: bool) -> bool {
     } else {
         tally(token.chars())
     };
-    if labelled && len >= 6 {
+    if labelled && len >= MIN_LABELLED {
         return true;
     }
-    if len < 8 {
+    if len < MIN_DISTINCTIVE {
         return false;
     }
     let mixed_case = upper > 0 && lower > 0 && upper + lower == letters && upper > 1;
@@ -506,7 +521,7 @@ pub fn result_marks(key: &TaintKey, result: &Value) -> Vec<u8> {
         key.grams(text.as_bytes(), |h| sample.add(h));
         for (tok, labelled) in tokens(text) {
             // Too short to be distinctive, whole or in (unlabelled) pieces.
-            if tok.len() < if labelled { 6 } else { 8 } {
+            if too_short(tok, labelled) {
                 continue;
             }
             // The token as written, and its pieces judged on their own
@@ -618,10 +633,10 @@ impl ArgMarks {
     fn add(&mut self, key: &TaintKey, text: &str) {
         key.grams(text.as_bytes(), |h| self.grams.push(h));
         // Any token of an argument, or piece of one, may be a result's
-        // distinctive token.
+        // distinctive token (labelled ones are the shortest).
         for (tok, _) in tokens(text) {
             for t in std::iter::once(tok).chain(pieces(tok)) {
-                if t.len() >= 6 {
+                if !too_short(t, true) {
                     self.tokens.push(key.token(t));
                 }
             }
