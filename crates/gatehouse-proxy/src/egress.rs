@@ -222,6 +222,8 @@ async fn load(store: &Store, key: &GuardKey, caller: &str) -> Option<((i64, i64)
     let generation = store.fingerprints_generation().await.ok()?;
     let rows = match store.list_fingerprints().await {
         Ok(rows) => rows,
+        // The process is exiting.
+        Err(gatehouse_store::StoreError::Closed) => return None,
         Err(err) => {
             warn!(%err, "could not read secret fingerprints");
             return None;

@@ -13,6 +13,7 @@
 
 pub mod adapters;
 pub mod child;
+mod control;
 pub mod cross;
 pub mod egress;
 mod inbox;

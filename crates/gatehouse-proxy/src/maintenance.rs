@@ -36,6 +36,8 @@ pub async fn maintain_if_due(store: &Store, policy: &Policy) -> Option<Maintenan
         .await
     {
         Ok(report) => report,
+        // The process is exiting; the next due run tries again.
+        Err(gatehouse_store::StoreError::Closed) => None,
         Err(err) => {
             tracing::warn!(%err, "database maintenance failed");
             None

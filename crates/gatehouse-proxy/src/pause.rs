@@ -71,6 +71,8 @@ async fn read(store: &Store, key: &MacKey) -> PauseRecord {
             PauseRecord::Forged
         }
         Ok(record) => record,
+        // The process is exiting.
+        Err(gatehouse_store::StoreError::Closed) => PauseRecord::None,
         Err(err) => {
             warn!(%err, "could not read the pause state; protection stays on");
             PauseRecord::None

@@ -490,6 +490,7 @@ impl Presence {
             Err(gatehouse_store::StoreError::Busy) => {
                 self.seen_len.store(u64::MAX, Ordering::Release)
             }
+            Err(gatehouse_store::StoreError::Closed) => {}
             Err(err) => warn!(%err, "could not refresh the session's members"),
         }
     }

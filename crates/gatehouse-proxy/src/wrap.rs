@@ -17,12 +17,13 @@ use gatehouse_protocol::{parse_frame, peek, HASH_VERSION};
 use gatehouse_store::{home, HoldState, Identity, MacKey, NewEvent, Store, StoreOptions};
 use gatehouse_vault::Vault;
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::BufReader;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, warn};
 
 use crate::adapters::{BoundPolicy, ScannerInspector};
 use crate::child;
+use crate::control::Control;
 use crate::lines::{Line, LineReader};
 use crate::outbox::Outbox;
 
@@ -455,11 +456,9 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         .take()
         .ok_or_else(|| std::io::Error::other("no child stdout"))?;
 
-    let (to_client, client_writer) = writer_task(crate::stdio::client_stdout());
-    let (to_server, server_writer) = writer_task(child_stdin);
     let mut client_lines = line_reader(crate::stdio::client_stdin(), max_frame);
     let mut server_lines = line_reader(child_stdout, max_frame);
-    let (pins_tx, mut pins_rx) = mpsc::channel::<PinTable>(4);
+    let (pins_tx, pins_rx) = mpsc::channel::<PinTable>(4);
     let mut reloads = recorder.pin_reloads();
     if let Some(store) = &store {
         tokio::spawn(poll_pins(
@@ -470,9 +469,14 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         ));
     }
     let mut paused = crate::pause::follow(store.clone(), mac_key.clone());
-    let mut signals = Signals::new()?;
-    let mut client_out = Outbox::new(to_client);
-    let mut server_out = Outbox::new(to_server);
+    let mut controls = crate::control::merge(
+        pins_rx,
+        reloads.clone(),
+        paused.clone(),
+        crate::control::Signals::new()?,
+    );
+    let mut client_out = Outbox::new(crate::stdio::client_stdout());
+    let mut server_out = Outbox::new(Box::new(child_stdin));
     let mut client_open = true;
     let mut stop_deadline: Option<tokio::time::Instant> = None;
     let ctx = Dispatch {
@@ -523,34 +527,30 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         opts.inbox_timeout,
     );
 
+    // One timer for the relay's next deadline and the stop deadline, moved
+    // only when they change (a timer made each turn costs two locks).
+    let timer = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(timer);
+    let mut armed: Option<(Option<u64>, Option<tokio::time::Instant>)> = None;
     let exit = loop {
-        let tick = relay.next_deadline_ms();
-        let tick_sleep = async {
-            match tick {
-                Some(at) => {
-                    tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await
-                }
-                None => std::future::pending().await,
+        let due = (relay.next_deadline_ms(), stop_deadline);
+        if due == (None, None) {
+            armed = None;
+        } else if armed != Some(due) {
+            let tick = due.0.map(|at| {
+                tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(now_ms()))
+            });
+            if let Some(at) = tick.into_iter().chain(due.1).min() {
+                timer.as_mut().reset(at);
             }
-        };
-        let stop_sleep = async {
-            match stop_deadline {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
+            armed = Some(due);
+        }
         // Each side is read only while the other side's backlog is short, and
         // sends never wait (see `Outbox`), so a pipelining client and a slow
         // server cannot hold each other on full pipes.
         let outputs = tokio::select! {
-            _ = client_out.writable() => {
-                client_out.flush();
-                Vec::new()
-            }
-            _ = server_out.writable() => {
-                server_out.flush();
-                Vec::new()
-            }
+            _ = client_out.writable() => Vec::new(),
+            _ = server_out.writable() => Vec::new(),
             line = next_line(&mut client_lines), if client_open && server_out.has_room() => match line {
                 Line::Frame(bytes) => {
                     let mut out = Vec::new();
@@ -590,35 +590,44 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                     Line::Eof => break None,
                 }
             }
-            Some(pins) = pins_rx.recv() => relay.on_pins_reloaded(pins, now_ms()),
-            Ok(()) = reloads.changed() => match reloads.borrow_and_update().clone() {
-                Some(pins) => relay.on_pins_reloaded(pins, now_ms()),
-                None => Vec::new(),
+            Some(control) = controls.recv() => match control {
+                Control::Pins(pins) => relay.on_pins_reloaded(pins, now_ms()),
+                // Unless a call already took it (above).
+                Control::Reloaded if reloads.has_changed().unwrap_or(false) => {
+                    match reloads.borrow_and_update().clone() {
+                        Some(pins) => relay.on_pins_reloaded(pins, now_ms()),
+                        None => Vec::new(),
+                    }
+                }
+                Control::Reloaded => Vec::new(),
+                Control::Paused => {
+                    let audit_only = policy.is_audit_only() || *paused.borrow_and_update();
+                    debug!(audit_only, "protection pause changed");
+                    relay.set_audit_only(audit_only);
+                    egress.set_audit_only(audit_only);
+                    Vec::new()
+                }
+                Control::Signal(sig) => {
+                    debug!(signal = sig, "stopping the server");
+                    child::terminate(&child);
+                    if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
+                        child::kill(&child);
+                    }
+                    break Some(128 + sig);
+                }
             },
-            Ok(()) = paused.changed() => {
-                let audit_only = policy.is_audit_only() || *paused.borrow_and_update();
-                debug!(audit_only, "protection pause changed");
-                relay.set_audit_only(audit_only);
-                egress.set_audit_only(audit_only);
-                Vec::new()
-            }
             Some(note) = inbox.recv() => inbox.outputs(note, &relay),
-            _ = tick_sleep => relay.on_tick(now_ms()),
-            _ = stop_sleep => {
-                child::terminate(&child);
-                let status = tokio::time::timeout(STOP_GRACE, child.wait()).await;
-                if status.is_err() {
-                    child::kill(&child);
+            _ = &mut timer, if armed.is_some() => {
+                armed = None;
+                if stop_deadline.is_some_and(|at| at <= tokio::time::Instant::now()) {
+                    child::terminate(&child);
+                    let status = tokio::time::timeout(STOP_GRACE, child.wait()).await;
+                    if status.is_err() {
+                        child::kill(&child);
+                    }
+                    break None;
                 }
-                break None;
-            }
-            sig = signals.recv() => {
-                debug!(signal = sig, "stopping the server");
-                child::terminate(&child);
-                if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
-                    child::kill(&child);
-                }
-                break Some(128 + sig);
+                relay.on_tick(now_ms())
             }
         };
         let outputs = egress.filter(outputs);
@@ -639,8 +648,6 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
 
     drop(server_out);
     client_out.finish().await;
-    let _ = client_writer.await;
-    let _ = server_writer.await;
     let code = match exit {
         Some(code) => code,
         None => match tokio::time::timeout(STOP_GRACE, child.wait()).await {
@@ -768,7 +775,7 @@ async fn refuse_loop<I: Inspector>(
     recorder: &Recorder,
     max_frame: usize,
 ) -> Result<i32, WrapError> {
-    let (to_client, writer) = writer_task(crate::stdio::client_stdout());
+    let mut to_client = Outbox::new(crate::stdio::client_stdout());
     let mut lines = line_reader(crate::stdio::client_stdin(), max_frame);
     loop {
         let outputs = match next_line(&mut lines).await {
@@ -782,15 +789,15 @@ async fn refuse_loop<I: Inspector>(
         for output in outputs {
             match output {
                 Output::ToClient(b) => {
-                    let _ = to_client.send(b).await;
+                    to_client.push(b);
+                    to_client.drain().await;
                 }
                 Output::Event(e) => recorder.event(e),
                 _ => {}
             }
         }
     }
-    drop(to_client);
-    let _ = writer.await;
+    to_client.finish().await;
     recorder.finish().await;
     Ok(1)
 }
@@ -809,29 +816,6 @@ async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(lines: &mut LineReader<R>
         debug!(%err, "read failed");
         Line::Eof
     })
-}
-
-/// Writes frames, newline-terminated, flushing when the queue is empty.
-fn writer_task<W>(writer: W) -> (mpsc::Sender<Vec<u8>>, tokio::task::JoinHandle<()>)
-where
-    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(256);
-    let handle = tokio::spawn(async move {
-        let mut writer = tokio::io::BufWriter::with_capacity(64 * 1024, writer);
-        while let Some(mut frame) = rx.recv().await {
-            frame.push(b'\n');
-            if writer.write_all(&frame).await.is_err() {
-                return;
-            }
-            if rx.is_empty() && writer.flush().await.is_err() {
-                return;
-            }
-        }
-        let _ = writer.flush().await;
-        let _ = writer.shutdown().await;
-    });
-    (tx, handle)
 }
 
 /// Events and pin changes are written by one background task, off the hot path.
@@ -1546,49 +1530,6 @@ fn protected_configs_exist(home_dir: &Path) -> bool {
     std::fs::read_dir(home_dir.join("backups"))
         .map(|mut d| d.next().is_some())
         .unwrap_or(false)
-}
-
-/// SIGTERM, SIGINT and SIGHUP end wrap (and its server) cleanly.
-struct Signals {
-    #[cfg(unix)]
-    term: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    int: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    hup: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    #[cfg(unix)]
-    fn new() -> std::io::Result<Signals> {
-        use tokio::signal::unix::{signal, SignalKind};
-        Ok(Signals {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-            hup: signal(SignalKind::hangup())?,
-        })
-    }
-
-    #[cfg(not(unix))]
-    fn new() -> std::io::Result<Signals> {
-        Ok(Signals {})
-    }
-
-    /// The number of the first signal received.
-    #[cfg(unix)]
-    async fn recv(&mut self) -> i32 {
-        tokio::select! {
-            _ = self.term.recv() => libc::SIGTERM,
-            _ = self.int.recv() => libc::SIGINT,
-            _ = self.hup.recv() => libc::SIGHUP,
-        }
-    }
-
-    #[cfg(not(unix))]
-    async fn recv(&mut self) -> i32 {
-        let _ = tokio::signal::ctrl_c().await;
-        2
-    }
 }
 
 #[cfg(test)]

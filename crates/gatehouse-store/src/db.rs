@@ -618,6 +618,16 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_closed_store_says_so() {
+        let tmp = TempHome::new();
+        let store = tmp.open().await;
+        store.set_meta("k", "v").await.unwrap();
+        store.close().await;
+        let err = store.set_meta("k", "w").await.expect_err("closed");
+        assert!(matches!(err, StoreError::Closed), "got {err:?}");
+    }
+
+    #[tokio::test]
     async fn busy_past_budget_is_a_typed_error() {
         let tmp = TempHome::new();
         let store = tmp.open().await; // 50 ms budget

@@ -41,6 +41,10 @@ pub enum StoreError {
     /// Filesystem error on the home directory, database or lock file.
     #[error("store file error: {0}")]
     Io(#[from] io::Error),
+    /// The store was closed: its process is on its way out, so a
+    /// background task that still asks has nothing to report.
+    #[error("the database is closed")]
+    Closed,
     /// Any other database error.
     #[error("database error: {0}")]
     Database(sqlx::Error),
@@ -53,6 +57,9 @@ impl From<sqlx::Error> for StoreError {
     fn from(err: sqlx::Error) -> Self {
         if is_busy(&err) {
             return StoreError::Busy;
+        }
+        if let sqlx::Error::PoolClosed = err {
+            return StoreError::Closed;
         }
         if let sqlx::Error::ColumnDecode { index, source } = &err {
             // Decoding happens on rows read back; say which column, not the value.
