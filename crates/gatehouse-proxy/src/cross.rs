@@ -6,7 +6,10 @@
 //! `BEGIN IMMEDIATE` transaction ([`Store::check_call`]). A blocked call is
 //! answered here with an `isError` result. The results of recorded reads are
 //! reduced to taint marks (keyed hashes, see `cross_server::taint`) and
-//! attached before the client sees them. The tools this server exposes are published
+//! attached before any later call can be judged: in the database before
+//! the client sees them, or, while the server is alone in its session,
+//! right after they were forwarded, under the session lock taken before
+//! ([`LateMarks`]), so the marks cost the client no wait. The tools this server exposes are published
 //! per session for the shadowing rule. Package typosquatting is judged once,
 //! before the server starts.
 
@@ -21,13 +24,14 @@ use gatehouse_engine::cross_server::{
     ShadowFacts, ShadowPeer, TaintKey, ToolClass,
 };
 use gatehouse_engine::{Action, EngineEvent, Inspector, Output, Relay, Severity};
-use gatehouse_protocol::RequestId;
+use gatehouse_protocol::{Raw, RequestId};
 use gatehouse_store::{
     now_ms, BucketState, CallCheck, CallDecision, CallId, LocalCall, NewCall, Store, WindowLoad,
     WindowSnapshot,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use tokio::sync::OwnedMutexGuard;
 use tokio::task::JoinHandle;
 use tracing::warn;
 
@@ -38,6 +42,15 @@ enum Checked {
     Forward,
     /// Blocked: this answer goes to the client.
     Answer(Value),
+}
+
+/// Results of reads made while alone, forwarded before their marks are
+/// taken ([`Cross::attach_late`]). The session's lock is held from before
+/// the client can see them until the marks are attached, so a hand-over to
+/// the database (a joining server) cannot slip between.
+pub struct LateMarks {
+    local: OwnedMutexGuard<Local>,
+    results: Vec<(u64, Value)>,
 }
 
 /// Who this wrap process is, for the session's shared window.
@@ -123,6 +136,14 @@ fn id_key(id: &Value) -> String {
     id.to_string()
 }
 
+/// The id key of a response (None for requests and notifications).
+fn result_key(msg: &Value) -> Option<String> {
+    if msg.get("method").is_some() {
+        return None;
+    }
+    msg.get("id").map(id_key)
+}
+
 /// Cheap pre-filter before parsing a line again.
 impl Cross {
     pub fn new(
@@ -151,13 +172,15 @@ impl Cross {
 
     /// Checks the relay's outputs: `tools/call`s bound for the server go
     /// through the session's rules; results of recorded reads leave marks.
+    /// Results whose marks wait are returned with the lock that keeps
+    /// them safe: the caller forwards, then calls [`Cross::attach_late`].
     pub async fn filter<I: Inspector>(
         &mut self,
         outputs: Vec<Output>,
         relay: &Relay<I>,
-    ) -> Vec<Output> {
+    ) -> (Vec<Output>, Option<LateMarks>) {
         if self.store.is_none() && !self.fail_closed {
-            return outputs;
+            return (outputs, None);
         }
         self.publish_tools(relay).await;
         if self.joining.is_some()
@@ -168,21 +191,35 @@ impl Cross {
             self.joined().await;
         }
         let mut out = Vec::with_capacity(outputs.len());
+        let mut late = None;
         for output in outputs {
             match output {
                 Output::ToServer(bytes) if batch::may_hold_call(&bytes) => {
+                    // The check takes the session lock: marks waiting
+                    // under it are attached first (rare: a result and a
+                    // call in one turn).
+                    if let Some(waiting) = late.take() {
+                        self.attach_late(waiting);
+                    }
                     self.check_frame(bytes, relay, &mut out).await
                 }
-                Output::ToClient(bytes) if self.may_await_result().await => {
-                    // Attached before the client sees the result, so no
-                    // later call of the session can miss it.
-                    let bytes = self.observe_result(bytes).await;
+                Output::ToClient(bytes) if self.may_await_result(&late).await => {
+                    let bytes = self.observe_result(bytes, &mut late).await;
                     out.push(Output::ToClient(bytes));
                 }
                 other => out.push(other),
             }
         }
-        out
+        (out, late)
+    }
+
+    /// Attaches the marks of results already forwarded, then releases the
+    /// session lock.
+    pub fn attach_late(&self, late: LateMarks) {
+        let LateMarks { mut local, results } = late;
+        for (seq, result) in results {
+            local.attach(seq, cross_server::taint::result_marks(&self.key, &result));
+        }
     }
 
     /// Publishes the exposed tool names when the relay judged a listing,
@@ -463,60 +500,80 @@ impl Cross {
     }
 
     /// Whether a recorded read may be waiting for its result.
-    async fn may_await_result(&self) -> bool {
-        match &self.presence {
-            Some(p) => !p.local.lock().await.pending.is_empty(),
-            None => !self.pending.is_empty(),
+    async fn may_await_result(&self, late: &Option<LateMarks>) -> bool {
+        match (&self.presence, late) {
+            (_, Some(held)) => !held.local.pending.is_empty(),
+            (Some(p), None) => !p.local.lock().await.pending.is_empty(),
+            (None, None) => !self.pending.is_empty(),
         }
     }
 
-    /// A result of a recorded read: its taint marks are attached (one
-    /// indexed UPDATE) before the result is forwarded.
-    async fn observe_result(&mut self, bytes: Vec<u8>) -> Vec<u8> {
+    /// The results of recorded reads in a server frame. A read recorded in
+    /// the database gets its marks there (one indexed UPDATE) before the
+    /// result is forwarded; a read kept in memory while alone, from a line
+    /// forwarded as it was read, gets them after ([`LateMarks`]).
+    async fn observe_result(&mut self, bytes: Vec<u8>, late: &mut Option<LateMarks>) -> Vec<u8> {
         // A batch reply's elements are results like single ones.
         let (mut messages, raw) = batch::messages(bytes);
-        for msg in &messages {
-            self.observe_one(msg).await;
+        // A split line takes its longest string back from the message when
+        // it is forwarded, so only a whole line's results can wait.
+        let may_wait = matches!(raw, Raw::Whole(_));
+        let mut stored = Vec::new();
+        match &self.presence {
+            Some(p) => {
+                // One lock hold: a hand-over cannot slip between the
+                // lookup and the attach.
+                let mut held = match late.take() {
+                    Some(held) => held,
+                    None => LateMarks {
+                        local: Arc::clone(&p.local).lock_owned().await,
+                        results: Vec::new(),
+                    },
+                };
+                for msg in &mut messages {
+                    let Some(key) = result_key(msg) else { continue };
+                    match held.local.pending.remove(&key) {
+                        None => {}
+                        Some(Pending::Stored(call)) => stored.extend(
+                            msg.get("result")
+                                .map(|r| (call, cross_server::taint::result_marks(&self.key, r))),
+                        ),
+                        Some(Pending::Local(seq)) => match msg.get_mut("result") {
+                            Some(result) if may_wait => held.results.push((seq, result.take())),
+                            Some(result) => {
+                                let marks = cross_server::taint::result_marks(&self.key, result);
+                                held.local.attach(seq, marks);
+                            }
+                            None => {}
+                        },
+                    }
+                }
+                if !held.results.is_empty() {
+                    *late = Some(held);
+                }
+            }
+            None => {
+                for msg in &messages {
+                    let Some(call) = result_key(msg).and_then(|key| self.pending.remove(&key))
+                    else {
+                        continue;
+                    };
+                    stored.extend(
+                        msg.get("result")
+                            .map(|r| (call, cross_server::taint::result_marks(&self.key, r))),
+                    );
+                }
+            }
+        }
+        if let Some(store) = &self.store {
+            for (call, marks) in stored {
+                if let Err(err) = store.attach_result(call, &marks).await {
+                    warn!(%err, "could not attach a result's taint marks");
+                }
+            }
         }
         let mut none = Value::Null;
         raw.into_bytes(messages.first_mut().unwrap_or(&mut none))
-    }
-
-    async fn observe_one(&mut self, msg: &Value) {
-        if msg.get("method").is_some() {
-            return;
-        }
-        let Some(id) = msg.get("id") else { return };
-        let key = id_key(id);
-        let result = msg.get("result");
-        let call = match &self.presence {
-            Some(p) => {
-                // One lock hold: a hand-over cannot slip between the lookup
-                // and the attach.
-                let mut local = p.local.lock().await;
-                match local.pending.remove(&key) {
-                    None => return,
-                    Some(Pending::Stored(call)) => call,
-                    Some(Pending::Local(seq)) => {
-                        if let Some(result) = result {
-                            local.attach(seq, cross_server::taint::result_marks(&self.key, result));
-                        }
-                        return;
-                    }
-                }
-            }
-            None => match self.pending.remove(&key) {
-                Some(call) => call,
-                None => return,
-            },
-        };
-        let Some(result) = result else { return };
-        let marks = cross_server::taint::result_marks(&self.key, result);
-        if let Some(store) = &self.store {
-            if let Err(err) = store.attach_result(call, &marks).await {
-                warn!(%err, "could not attach a result's taint marks");
-            }
-        }
     }
 
     /// Removes this server's tools from the session and leaves it (the

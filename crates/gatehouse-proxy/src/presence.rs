@@ -217,7 +217,9 @@ pub struct Presence {
     /// The stamp file's length when members were last read.
     seen_len: AtomicU64,
     window_ms: i64,
-    pub local: Mutex<Local>,
+    /// Shared so a result's marks can be attached under a lock held
+    /// across its forwarding (`cross::LateMarks`).
+    pub local: Arc<Mutex<Local>>,
 }
 
 /// Whether process `pid` still exists (unverifiable platforms: assume yes,
@@ -331,7 +333,7 @@ impl Presence {
             stamp,
             stamp_file: std::sync::Mutex::new(stamp_file),
             window_ms,
-            local: Mutex::new(Local {
+            local: Arc::new(Mutex::new(Local {
                 alone,
                 join_synced: alone,
                 synced_for: member,
@@ -339,7 +341,7 @@ impl Presence {
                 bucket: None,
                 pending: HashMap::new(),
                 next_seq: 0,
-            }),
+            })),
         });
         if let Some((entries, bucket)) = state {
             let mut local = presence.local.lock().await;

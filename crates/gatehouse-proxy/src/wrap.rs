@@ -631,9 +631,14 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             }
         };
         let outputs = egress.filter(outputs);
-        let outputs = cross.filter(outputs, &relay).await;
+        let (outputs, late_marks) = cross.filter(outputs, &relay).await;
         let outputs = inbox.take(outputs);
         ctx.dispatch(outputs, &mut client_out, &mut server_out);
+        // The results went (written now when the pipe had room); their
+        // marks are taken before the next frame is read.
+        if let Some(late) = late_marks {
+            cross.attach_late(late);
+        }
         if !client_open
             && server_out.is_open()
             && server_out.is_idle()
