@@ -9,9 +9,9 @@
 //! attached before any later call can be judged: in the database before
 //! the client sees them, or, while the server is alone in its session,
 //! right after they were forwarded, under the session lock taken before
-//! ([`LateMarks`]), so the marks cost the client no wait. The tools this server exposes are published
-//! per session for the shadowing rule. Package typosquatting is judged once,
-//! before the server starts.
+//! ([`LateMarks`]), so the marks cost the client no wait. The tools this
+//! server exposes are published per session for the shadowing rule. Package
+//! typosquatting is judged once, before the server starts.
 
 use std::collections::HashMap;
 use std::sync::Arc;
