@@ -86,3 +86,42 @@ impl Signals {
         2
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    async fn next(queue: &mut mpsc::UnboundedReceiver<Control>) -> Option<Control> {
+        tokio::time::timeout(Duration::from_secs(5), queue.recv())
+            .await
+            .expect("a control within 5 s")
+    }
+
+    #[tokio::test]
+    async fn each_source_reaches_the_one_queue() {
+        let (pins_tx, pins_rx) = mpsc::channel(1);
+        let (reload_tx, reloads) = watch::channel(None);
+        let (pause_tx, paused) = watch::channel(false);
+        let mut queue = merge(pins_rx, reloads, paused, Signals::new().unwrap());
+        pins_tx.send(PinTable::default()).await.unwrap();
+        assert!(matches!(next(&mut queue).await, Some(Control::Pins(_))));
+        reload_tx.send(Some(PinTable::default())).unwrap();
+        assert!(matches!(next(&mut queue).await, Some(Control::Reloaded)));
+        pause_tx.send(true).unwrap();
+        assert!(matches!(next(&mut queue).await, Some(Control::Paused)));
+    }
+
+    #[tokio::test]
+    async fn closed_sources_leave_the_others_working() {
+        let (pins_tx, pins_rx) = mpsc::channel(1);
+        let (reload_tx, reloads) = watch::channel(None);
+        let (pause_tx, paused) = watch::channel(false);
+        drop((reload_tx, pause_tx));
+        let mut queue = merge(pins_rx, reloads, paused, Signals::new().unwrap());
+        pins_tx.send(PinTable::default()).await.unwrap();
+        assert!(matches!(next(&mut queue).await, Some(Control::Pins(_))));
+        let nothing = tokio::time::timeout(Duration::from_millis(50), queue.recv());
+        assert!(nothing.await.is_err(), "a closed watch is not a change");
+    }
+}
