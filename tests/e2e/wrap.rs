@@ -765,6 +765,55 @@ fn pipelined_requests_do_not_deadlock() {
     );
 }
 
+/// A refused server's wrap answers every request itself: a client that
+/// pipelines gets every refusal, in order, and wrap exits 1 at EOF.
+#[test]
+fn a_refused_server_answers_pipelined_requests_in_order() {
+    const CALLS: u64 = 2000;
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    sb.write_policy("[server_policy]\nmode = \"denylist\"\ndeny = [\"refused-*\"]\n");
+    let argv = sb.wrap_argv("refused-pipe", &[], &peers.py_server("raw_server.py", &[]));
+    let mut wrap = spawn_wrap(&sb, &argv);
+    let mut stdin = wrap.stdin.take().unwrap();
+    let stdout = wrap.stdout.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        writeln!(stdin, "{INIT}")?;
+        for id in 10..10 + CALLS {
+            let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": "p".repeat(200)}}});
+            writeln!(stdin, "{call}")?;
+        }
+        stdin.flush()
+        // stdin drops here: EOF.
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut ids = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => {
+                let answer: Value = serde_json::from_str(&line).expect("JSON lines");
+                assert_eq!(answer["error"]["code"], -32001, "a refusal: {answer}");
+                ids.push(answer["id"].as_u64().expect("a numeric id"));
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let _ = wrap.kill();
+                panic!("wrap stalled after {} answers", ids.len());
+            }
+        }
+    }
+    writer.join().unwrap().expect("wrap read every request");
+    let expected: Vec<u64> = std::iter::once(1).chain(10..10 + CALLS).collect();
+    assert_eq!(ids, expected, "one refusal per request, in order");
+    assert_eq!(wrap.wait().unwrap().code(), Some(1));
+}
+
 /// A client that writes raw JSON-RPC lines to wrap and reads its answers.
 struct RawClient {
     wrap: Reaped,

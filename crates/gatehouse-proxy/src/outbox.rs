@@ -81,14 +81,9 @@ impl Outbox {
         .await
     }
 
-    /// Writes the whole backlog, waiting as needed.
-    pub async fn drain(&mut self) {
-        poll_fn(|cx| self.poll_write_backlog(cx)).await
-    }
-
     /// Delivers the whole backlog, then closes the peer's input.
     pub async fn finish(mut self) {
-        self.drain().await;
+        poll_fn(|cx| self.poll_write_backlog(cx)).await;
         if let Some(mut sink) = self.sink.take() {
             let _ = sink.shutdown().await;
         }

@@ -783,20 +783,23 @@ async fn refuse_loop<I: Inspector>(
     let mut to_client = Outbox::new(crate::stdio::client_stdout());
     let mut lines = line_reader(crate::stdio::client_stdin(), max_frame);
     loop {
-        let outputs = match next_line(&mut lines).await {
-            Line::Frame(bytes) => relay.on_client_frame(parse_frame(bytes), now_ms()),
-            Line::Oversized(skipped) => {
-                let peeked = peek(&skipped.head, &skipped.tail);
-                relay.on_client_oversized(skipped.len, max_frame, peeked)
-            }
-            Line::Eof => break,
+        // Requests are read while the answers' backlog is short, as in the
+        // relay loop: a client that writes many before reading any is not
+        // held on a full pipe.
+        let outputs = tokio::select! {
+            _ = to_client.writable() => continue,
+            line = next_line(&mut lines), if to_client.has_room() => match line {
+                Line::Frame(bytes) => relay.on_client_frame(parse_frame(bytes), now_ms()),
+                Line::Oversized(skipped) => {
+                    let peeked = peek(&skipped.head, &skipped.tail);
+                    relay.on_client_oversized(skipped.len, max_frame, peeked)
+                }
+                Line::Eof => break,
+            },
         };
         for output in outputs {
             match output {
-                Output::ToClient(b) => {
-                    to_client.push(b);
-                    to_client.drain().await;
-                }
+                Output::ToClient(b) => to_client.push(b),
                 Output::Event(e) => recorder.event(e),
                 _ => {}
             }
