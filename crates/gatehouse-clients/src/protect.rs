@@ -609,14 +609,23 @@ impl Protector<'_> {
             atomic_write(&file.path, &original, &new_text)?;
             Ok::<_, CliFailure>((state, rel, read_only_note(&file.path).into_iter().collect()))
         })();
-        let (mut state, rel, cli_notes) = match written {
-            Ok(v) => v,
+        let (mut state, rel, cli_notes, unverified) = match written {
+            Ok((state, rel, notes)) => (state, rel, notes, None),
+            // The rename happened, then the file changed again (its client
+            // wrote it): what was written is recorded all the same, so an
+            // unprotect can still restore entries that stayed.
+            Err(CliFailure {
+                error: error @ ClientError::Verify { .. },
+                ..
+            }) => match backup_written.clone() {
+                Some(rel) => (self.state().load()?, rel, Vec::new(), Some(error)),
+                None => return Err(error),
+            },
             Err(CliFailure { error, rolled_back }) => {
-                // Unless the rename happened (Verify) or the CLI could not
-                // undo its steps, the file is unchanged: take the moved
-                // secrets back out of the keyring, and the backup that
-                // names them.
-                if rolled_back && !matches!(error, ClientError::Verify { .. }) {
+                // Unless the CLI could not undo its steps, the file is
+                // unchanged: take the moved secrets back out of the
+                // keyring, and the backup that names them.
+                if rolled_back {
                     for (id, n) in &stored {
                         let _ = self.vault.delete(id, n);
                     }
@@ -641,6 +650,7 @@ impl Protector<'_> {
                 protected_sha256: byte_restorable.then(|| sha256(&new_text)),
             },
         );
+        let mut records = Vec::with_capacity(plans.len());
         for (view, plan) in &plans {
             let added = rewrite
                 .added_env_vars
@@ -648,7 +658,7 @@ impl Protector<'_> {
                 .find(|(n, _)| *n == view.name)
                 .map(|(_, a)| a.clone())
                 .unwrap_or_default();
-            let record = ProtectedServer {
+            records.push(ProtectedServer {
                 id: plan.id.clone(),
                 client: file.client.key.into(),
                 config_path: file.path.to_string_lossy().into_owned(),
@@ -663,8 +673,17 @@ impl Protector<'_> {
                 secret_names: plan.secret_names(),
                 pass_env: plan.pass_env.clone(),
                 added_env_vars: added,
-            };
-            self.registry.register(&record)?;
+            });
+        }
+        for record in &records {
+            state.servers.retain(|s| s.id != record.id);
+            state.servers.push(record.clone());
+        }
+        // The file is written: its record is saved before anything else
+        // can fail, or an unprotect would not know these entries.
+        self.state().save(&state)?;
+        for ((_, plan), record) in plans.iter().zip(&records) {
+            self.registry.register(record)?;
             let secrets: Vec<(&str, &Secret<String>)> = plan
                 .env_moves
                 .iter()
@@ -674,10 +693,10 @@ impl Protector<'_> {
             if !secrets.is_empty() {
                 self.registry.publish_secrets(&plan.id, &secrets)?;
             }
-            state.servers.retain(|s| s.id != record.id);
-            state.servers.push(record);
         }
-        self.state().save(&state)?;
+        if let Some(error) = unverified {
+            return Err(error);
+        }
         if file.client.key == "claude-desktop" && self.processes.running(file.client.process_names)
         {
             report.notes.push("Claude Desktop is running and may write its old config back: quit it fully, start it again, then run `gatehouse clients` to check".into());
@@ -895,7 +914,7 @@ impl Protector<'_> {
         // The restore is verified (atomic_write reads it back): the backups
         // of this file, which may hold secrets protect did not move (remote
         // headers), are no longer needed.
-        if let Err(err) = self.state().remove_backups_of(&file.path.to_string_lossy()) {
+        if let Err(err) = self.state().remove_backups_of(&file.path) {
             report
                 .notes
                 .push(format!("its backup could not be removed: {err}"));
@@ -979,9 +998,12 @@ impl<'v, 's> Restorable<'v, 's> {
         // wrap entry someone else wrote (a cloned repository claiming a
         // protected server's id) must never get that server's secrets
         // spliced into it.
-        let path = file.path.to_string_lossy();
-        let here: Vec<&ProtectedServer> =
-            records.iter().filter(|r| r.config_path == path).collect();
+        // The same file however its path is spelled (relative, `..`, a link).
+        let key = file_key(&file.path);
+        let here: Vec<&ProtectedServer> = records
+            .iter()
+            .filter(|r| file_key(Path::new(&r.config_path)) == key)
+            .collect();
         let mut found = Restorable {
             targets: vec![],
             hand_unwrapped: vec![],

@@ -197,6 +197,21 @@ impl StateDir {
         }
     }
 
+    /// The project roots of `client`'s protected project files, whether or
+    /// not an editor lists them now: an unprotect looks there too.
+    pub fn protected_projects(&self, client: &str) -> Result<Vec<PathBuf>, ClientError> {
+        let mut roots: Vec<PathBuf> = Vec::new();
+        for server in self.load()?.servers {
+            if let Some(root) = server.cwd.filter(|_| server.client == client) {
+                let root = PathBuf::from(root);
+                if !roots.contains(&root) {
+                    roots.push(root);
+                }
+            }
+        }
+        Ok(roots)
+    }
+
     /// Writes the state (0600).
     pub fn save(&self, state: &State) -> Result<(), ClientError> {
         let text =
@@ -256,11 +271,15 @@ impl StateDir {
     }
 
     /// Removes every backup of the config at `path` (as found).
-    pub fn remove_backups_of(&self, path: &str) -> Result<(), ClientError> {
+    pub fn remove_backups_of(&self, path: &Path) -> Result<(), ClientError> {
         let dir = self.home.join("backups");
+        let key = file_key(path);
         for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let rel = format!("backups/{}", e.file_name().to_string_lossy());
-            if self.read_backup(&rel).is_ok_and(|b| b.path == path) {
+            if self
+                .read_backup(&rel)
+                .is_ok_and(|b| file_key(Path::new(&b.path)) == key)
+            {
                 self.remove_backup(&rel)?;
             }
         }

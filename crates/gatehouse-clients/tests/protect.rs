@@ -1280,3 +1280,83 @@ fn escaped_commands_come_back_as_written() {
         read(&cursor.path)
     );
 }
+
+/// A registry whose store is down (busy past its budget, say).
+struct DownRegistry;
+
+impl gatehouse_clients::protect::ServerRegistry for DownRegistry {
+    fn register(&self, _: &gatehouse_clients::state::ProtectedServer) -> Result<(), ClientError> {
+        Err(ClientError::State("the database is busy".into()))
+    }
+}
+
+#[test]
+fn a_registry_failure_after_the_write_still_leaves_the_file_restorable() {
+    let fx = Fixture::new("linux-all");
+    let file = fx.cursor();
+    let before = read(&file.path);
+    let failing = Protector {
+        registry: &DownRegistry,
+        ..fx.protector()
+    };
+    let err = failing
+        .protect_file(&file, &Options::default())
+        .expect_err("the registry failed");
+    assert!(err.to_string().contains("busy"), "{err}");
+    assert_ne!(read(&file.path), before, "the file was already wrapped");
+    let report = fx
+        .protector()
+        .unprotect_file(&file, &Options::default())
+        .expect("unprotect");
+    assert!(report.changed, "{report:?}");
+    assert_eq!(read(&file.path), before, "restored byte for byte");
+}
+
+#[test]
+fn a_project_file_is_restored_however_its_path_is_spelled_and_wherever_it_lives() {
+    let fx = Fixture::new("linux-all");
+    let file = fx
+        .files()
+        .into_iter()
+        .find(|f| f.project.is_some())
+        .expect("the fixture's project file");
+    let before = read(&file.path);
+    let opts = Options {
+        yes: true,
+        ..Options::default()
+    };
+    fx.protector().protect_file(&file, &opts).expect("protect");
+    assert_ne!(read(&file.path), before);
+
+    // No editor lists the project: its protection is remembered.
+    let state = StateDir {
+        home: fx.root.join("gh"),
+    };
+    let remembered = state.protected_projects(file.client.key).unwrap();
+    assert_eq!(remembered, [fx.root.join("project")]);
+    let found = config_files(file.client, &fx.dirs, &all_projects(&fx.dirs, &remembered));
+    assert!(
+        found.iter().any(|f| f.path == file.path),
+        "the remembered project's file is found: {:?}",
+        found.iter().map(|f| &f.path).collect::<Vec<_>>()
+    );
+    assert!(state.protected_projects("cursor").unwrap().is_empty());
+
+    // The same file by another path.
+    std::fs::create_dir_all(fx.root.join("project/sub")).unwrap();
+    let name = file.path.file_name().unwrap();
+    let respelled = ConfigFile {
+        path: fx.root.join("project/sub/..").join(name),
+        ..file.clone()
+    };
+    let report = fx
+        .protector()
+        .unprotect_file(&respelled, &opts)
+        .expect("unprotect");
+    assert!(report.changed, "{report:?}");
+    assert_eq!(read(&file.path), before, "restored byte for byte");
+    let backups = std::fs::read_dir(fx.root.join("gh/backups"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(backups, 0, "the file's backups went with its protection");
+}

@@ -325,11 +325,17 @@ fn run_files(
         set_auto_protect(&gatehouse_home, clients, false)?;
     }
     let dirs = HomeDirs::from_env();
-    let projects = all_projects(&dirs, projects);
+    let state = gatehouse_clients::state::StateDir {
+        home: gatehouse_home.clone(),
+    };
     let mut failed = false;
     let mut found_any = false;
     for client in clients {
-        let files = config_files(client, &dirs, &projects);
+        let mut extra = projects.to_vec();
+        if unprotect {
+            extra.extend(state.protected_projects(client.key)?);
+        }
+        let files = config_files(client, &dirs, &all_projects(&dirs, &extra));
         if files.is_empty() {
             if named {
                 outln!(

@@ -270,7 +270,10 @@ impl ClientChanger {
                     .own_cli
                     .and_then(gatehouse_clients::client_cli::find_on_path),
             };
-            let projects = all_projects(&dirs, &[]);
+            // An unprotect also finds project files no editor lists now.
+            let state = gatehouse_clients::state::StateDir { home: protector.gatehouse_home.clone() };
+            let protected = if undo { state.protected_projects(spec.key) } else { Ok(Vec::new()) };
+            let projects = all_projects(&dirs, &protected.unwrap_or_default());
             config_files(spec, &dirs, &projects)
                 .iter()
                 .map(|f| {
