@@ -21,7 +21,7 @@ pub const TICKET_TTL_MS: i64 = 30_000;
 pub const CHALLENGE_TTL_MS: i64 = 30_000;
 /// Absolute lifetime of a dashboard session.
 pub const SESSION_TTL_MS: i64 = 12 * 60 * 60 * 1000;
-/// At most this many unredeemed sign-in links, tickets or challenges each.
+/// At most this many unredeemed sign-in links or tickets each.
 const MAX_PENDING: usize = 64;
 /// Domain separation for the CLI challenge MAC.
 pub const CLI_MAC_CONTEXT: &str = "gatehouse/cli-signin/v1:";
@@ -111,7 +111,8 @@ struct SessionRow {
 struct Inner {
     signins: HashMap<[u8; 32], Pending>,
     tickets: HashMap<[u8; 32], Pending>,
-    challenges: HashMap<[u8; 32], Pending>,
+    /// Challenges answered correctly, by digest, until they expire.
+    answered: HashMap<[u8; 32], i64>,
     sessions: HashMap<[u8; 32], SessionRow>,
 }
 
@@ -119,6 +120,8 @@ struct Inner {
 pub struct Auth {
     clock: Arc<dyn Clock>,
     cli_secret: String,
+    /// This process's key for the tags of its challenge nonces.
+    challenge_key: [u8; 32],
     inner: Mutex<Inner>,
 }
 
@@ -146,9 +149,12 @@ fn prune(map: &mut HashMap<[u8; 32], Pending>, now: i64) {
 impl Auth {
     /// New credential store; `cli_secret` is what `control.json` holds.
     pub fn new(clock: Arc<dyn Clock>, cli_secret: String) -> Self {
+        let mut challenge_key = [0u8; 32];
+        getrandom::fill(&mut challenge_key).expect("OS random source unavailable");
         Auth {
             clock,
             cli_secret,
+            challenge_key,
             inner: Mutex::new(Inner::default()),
         }
     }
@@ -275,30 +281,39 @@ impl Auth {
         (pending.expires_ms > now && self.session_alive(&id)).then_some(id)
     }
 
-    /// Issues a CLI challenge nonce.
+    /// Issues a CLI challenge nonce, `<expiry ms>.<random>.<tag>` with the
+    /// tag an HMAC under this process's key. Nothing is stored, so a flood
+    /// of challenges (the endpoint needs no sign-in) cannot push out the one
+    /// the CLI is answering.
     pub fn mint_challenge(&self) -> String {
-        let now = self.now_ms();
-        let nonce = random_token();
-        let mut inner = self.lock();
-        prune(&mut inner.challenges, now);
-        inner.challenges.insert(
-            digest(&nonce),
-            Pending {
-                expires_ms: now + CHALLENGE_TTL_MS,
-                session_id: None,
-            },
-        );
-        nonce
+        let body = format!("{}.{}", self.now_ms() + CHALLENGE_TTL_MS, random_token());
+        let tag = hex::encode(self.challenge_tag(&body).finalize().into_bytes());
+        format!("{body}.{tag}")
     }
 
-    /// Verifies `mac = HMAC(cli_secret, context || nonce)` for an issued,
-    /// unexpired nonce (consumed either way).
+    fn challenge_tag(&self, body: &str) -> Hmac<Sha256> {
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(&self.challenge_key).expect("HMAC takes any key length");
+        mac.update(body.as_bytes());
+        mac
+    }
+
+    /// Verifies `mac = HMAC(cli_secret, context || nonce)` for a nonce this
+    /// process issued and that has not expired; a nonce answered correctly
+    /// once is refused after. (A wrong answer does not use it up: only
+    /// answers that verify are remembered, so nobody without the secret can
+    /// grow that list.)
     pub fn verify_challenge(&self, nonce: &str, mac_hex: &str) -> bool {
         let now = self.now_ms();
-        let Some(pending) = self.lock().challenges.remove(&digest(nonce)) else {
+        let Some((body, tag)) = nonce.rsplit_once('.') else {
             return false;
         };
-        if pending.expires_ms <= now {
+        let issued =
+            hex::decode(tag).is_ok_and(|tag| self.challenge_tag(body).verify_slice(&tag).is_ok());
+        let expires_ms = body
+            .split_once('.')
+            .and_then(|(expires, _)| expires.parse::<i64>().ok());
+        if !issued || expires_ms.is_none_or(|at| at <= now) {
             return false;
         }
         let Ok(given) = hex::decode(mac_hex) else {
@@ -308,7 +323,15 @@ impl Auth {
             .expect("HMAC takes any key length");
         mac.update(CLI_MAC_CONTEXT.as_bytes());
         mac.update(nonce.as_bytes());
-        mac.verify_slice(&given).is_ok()
+        if mac.verify_slice(&given).is_err() {
+            return false;
+        }
+        let mut inner = self.lock();
+        inner.answered.retain(|_, expires| *expires > now);
+        inner
+            .answered
+            .insert(digest(nonce), expires_ms.unwrap_or(now))
+            .is_none()
     }
 }
 
@@ -398,12 +421,43 @@ mod tests {
             !a.verify_challenge(&n, &cli_mac("wrong", &n)),
             "a wrong secret must fail"
         );
+        assert!(a.verify_challenge(&n, &cli_mac("s3cret", &n)));
         assert!(
             !a.verify_challenge(&n, &cli_mac("s3cret", &n)),
-            "a nonce is consumed by any attempt"
+            "a nonce answered once is used up"
         );
+    }
+
+    #[test]
+    fn only_issued_unexpired_challenges_verify_and_a_flood_pushes_none_out() {
+        let (clock, a) = auth();
+        let first = a.mint_challenge();
+        for _ in 0..1000 {
+            a.mint_challenge();
+        }
+        assert!(
+            a.verify_challenge(&first, &cli_mac("s3cret", &first)),
+            "minting many challenges must not invalidate an earlier one"
+        );
+        // Made up, or issued by another process: refused even with the secret.
+        let other = Auth::new(clock.clone(), "s3cret".into()).mint_challenge();
+        let forged = format!("{}.{}.00", clock.now_ms() + 10_000, random_token());
+        for nonce in [other.as_str(), forged.as_str(), "", "1.2", "x.y.z"] {
+            assert!(
+                !a.verify_challenge(nonce, &cli_mac("s3cret", nonce)),
+                "{nonce:?} was not issued here"
+            );
+        }
+        // A changed expiry breaks the tag.
         let n = a.mint_challenge();
-        assert!(a.verify_challenge(&n, &cli_mac("s3cret", &n)));
+        let (expires, rest) = n.split_once('.').unwrap();
+        let later = format!("{}.{rest}", expires.parse::<i64>().unwrap() + 60_000);
+        assert!(!a.verify_challenge(&later, &cli_mac("s3cret", &later)));
+        clock.0.fetch_add(CHALLENGE_TTL_MS, Ordering::SeqCst);
+        assert!(
+            !a.verify_challenge(&n, &cli_mac("s3cret", &n)),
+            "an expired challenge must fail"
+        );
     }
 
     #[test]

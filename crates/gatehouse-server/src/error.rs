@@ -35,6 +35,9 @@ pub enum ApiError {
     /// A request body over the size limit.
     #[error("the request body is too large")]
     TooLarge,
+    /// A request body that did not arrive within the time allowed.
+    #[error("the request body did not arrive in time")]
+    SlowBody,
     /// The named thing does not exist.
     #[error("{0} not found")]
     NotFound(&'static str),
@@ -66,6 +69,7 @@ impl ApiError {
             ApiError::BadRequest(_) => "bad_request",
             ApiError::UnsupportedMediaType => "unsupported_media_type",
             ApiError::TooLarge => "too_large",
+            ApiError::SlowBody => "request_timeout",
             ApiError::NotFound(_) => "not_found",
             ApiError::Conflict(_) => "conflict",
             ApiError::Unavailable(_) => "unavailable",
@@ -86,6 +90,7 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::SlowBody => StatusCode::REQUEST_TIMEOUT,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::Unavailable(_) => StatusCode::NOT_IMPLEMENTED,

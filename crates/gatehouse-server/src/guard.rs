@@ -10,6 +10,9 @@
 //!   `Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document`): `--open`
 //!   reaches it from a local redirect page (`file://`, so cross-site), and
 //!   the page holds nothing; the token in its fragment is what signs in.
+//! - A request body must arrive whole within a time limit (as its header
+//!   must, `ConnectionLimits`), else 408: a connection that trickles a body
+//!   cannot keep one of the server's slots.
 //! - Every response, refusals included, carries a strict CSP, `nosniff`,
 //!   `no-referrer` and `frame-ancestors 'none'`.
 
@@ -110,6 +113,37 @@ fn signin_navigation(req: &Request) -> bool {
         && is("sec-fetch-dest", "document")
 }
 
+/// Middleware reading a request's body whole, within `limit` and at most
+/// [`crate::MAX_BODY_BYTES`], before the handler runs.
+pub async fn body_in_time(
+    State(limit): State<std::time::Duration>,
+    req: Request,
+    next: Next,
+) -> Response {
+    use axum::body::{Body, HttpBody};
+    if req.body().is_end_stream() {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let read = axum::body::to_bytes(body, crate::MAX_BODY_BYTES);
+    match tokio::time::timeout(limit, read).await {
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Ok(Err(err)) if too_large(&err) => ApiError::TooLarge.into_response(),
+        Ok(Err(_)) => {
+            ApiError::BadRequest("the request body could not be read".into()).into_response()
+        }
+        Err(_) => ApiError::SlowBody.into_response(),
+    }
+}
+
+fn too_large(err: &axum::Error) -> bool {
+    std::error::Error::source(err)
+        .is_some_and(|inner| inner.is::<http_body_util::LengthLimitError>())
+}
+
 /// Middleware adding the security headers to every response.
 pub async fn security_headers(req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
@@ -144,6 +178,50 @@ pub async fn security_headers(req: Request, next: Next) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A router echoing the body's length behind `body_in_time`.
+    async fn send_body(body: axum::body::Body) -> (axum::http::StatusCode, String) {
+        use tower::ServiceExt;
+        let app = axum::Router::new()
+            .route(
+                "/",
+                axum::routing::post(
+                    |body: axum::body::Bytes| async move { body.len().to_string() },
+                ),
+            )
+            .layer(axum::middleware::from_fn_with_state(
+                std::time::Duration::from_millis(200),
+                body_in_time,
+            ));
+        let resp = app
+            .oneshot(Request::post("/").body(body).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[tokio::test]
+    async fn a_body_must_arrive_whole_in_time_and_within_the_size_limit() {
+        let (status, text) = send_body("hello".into()).await;
+        assert_eq!((status.as_u16(), text.as_str()), (200, "5"));
+
+        // One byte, then nothing: a trickled body holds no handler.
+        use futures_util::StreamExt;
+        let trickle = futures_util::stream::iter([Ok::<_, std::io::Error>(
+            axum::body::Bytes::from_static(b"{"),
+        )])
+        .chain(futures_util::stream::pending());
+        let (status, text) = send_body(axum::body::Body::from_stream(trickle)).await;
+        assert_eq!(status.as_u16(), 408, "{text}");
+        assert!(text.contains("request_timeout"), "{text}");
+
+        let (status, text) = send_body(vec![b'x'; crate::MAX_BODY_BYTES + 1].into()).await;
+        assert_eq!(status.as_u16(), 413, "{text}");
+    }
 
     fn check_host(host: &str, expect: bool) {
         let a = Allowed::for_port(4321, &[]);

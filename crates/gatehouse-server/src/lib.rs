@@ -49,6 +49,9 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// Default [`ConnectionLimits::header_read_timeout`].
 pub const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// How long a request's body may take to arrive, once its header has.
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Default [`ConnectionLimits::max_connections`].
 pub const MAX_CONNECTIONS: usize = 256;
 
@@ -322,6 +325,10 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn(error::rejections_as_api_errors))
+        .layer(axum::middleware::from_fn_with_state(
+            BODY_READ_TIMEOUT,
+            guard::body_in_time,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             allowed,
             guard::check_request,

@@ -5,29 +5,45 @@
 
 use std::net::SocketAddr;
 
-/// Whether the connection from `peer` to `local` belongs to another user.
-/// False when that cannot be told (not Linux, `/proc` unreadable, the
-/// socket already gone): the API's own authentication still applies.
+/// Whether the connection from `peer` to `local` belongs to another user:
+/// its socket is owned by another uid, or by none that can be found (it
+/// is looked for in both tables: a client's IPv6 socket connected to
+/// `::ffff:127.0.0.1` reaches an IPv4 listener, and is listed in
+/// `/proc/net/tcp6` only). False when that cannot be told (not Linux,
+/// `/proc` unreadable): the API's own authentication still applies.
 pub fn is_other_user(local: SocketAddr, peer: SocketAddr) -> bool {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: geteuid has no preconditions and cannot fail.
         #[allow(unsafe_code)]
         let me = unsafe { libc::geteuid() };
-        let table = if peer.is_ipv4() {
-            "/proc/net/tcp"
-        } else {
-            "/proc/net/tcp6"
-        };
-        std::fs::read_to_string(table)
-            .ok()
-            .and_then(|text| socket_uid(&text, peer, local))
-            .is_some_and(|uid| uid != me)
+        let tables: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+            .iter()
+            .filter_map(|table| std::fs::read_to_string(table).ok())
+            .collect();
+        if tables.is_empty() {
+            return false;
+        }
+        let candidates = [(peer, local), (mapped(peer), mapped(local))];
+        let owner = tables.iter().find_map(|text| {
+            candidates
+                .iter()
+                .find_map(|(from, to)| socket_uid(text, *from, *to))
+        });
+        owner != Some(me)
     }
     #[cfg(not(target_os = "linux"))]
     {
         let _ = (local, peer);
         false
+    }
+}
+
+/// `addr` as an IPv6 socket sees it (IPv4 becomes `::ffff:a.b.c.d`).
+fn mapped(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V4(a) => SocketAddr::new(a.ip().to_ipv6_mapped().into(), a.port()),
+        v6 => v6,
     }
 }
 
@@ -96,5 +112,34 @@ mod tests {
             Some(me)
         );
         assert!(!is_other_user(listener.local_addr().unwrap(), peer));
+    }
+
+    #[test]
+    fn an_ipv6_socket_reaching_an_ipv4_listener_is_found_in_tcp6() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let Ok(client) = std::net::TcpStream::connect(("::ffff:127.0.0.1", port)) else {
+            // No IPv6 on this host: nothing to find.
+            return;
+        };
+        let (_stream, peer) = listener.accept().unwrap();
+        assert!(peer.is_ipv4(), "the listener sees {peer}");
+        assert!(client.local_addr().unwrap().is_ipv6());
+        let text = std::fs::read_to_string("/proc/net/tcp6").unwrap();
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        #[allow(unsafe_code)]
+        let me = unsafe { libc::geteuid() };
+        assert_eq!(
+            socket_uid(&text, mapped(peer), mapped(listener.local_addr().unwrap())),
+            Some(me)
+        );
+        assert!(!is_other_user(listener.local_addr().unwrap(), peer));
+    }
+
+    #[test]
+    fn a_connection_nobody_owns_counts_as_another_users() {
+        let local: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let peer: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        assert!(is_other_user(local, peer), "no such socket: refused");
     }
 }

@@ -341,6 +341,19 @@ pub(crate) async fn answer(
         ConsentKind::HeldLaunch | ConsentKind::HeldPackage => {
             let p = payload(&c);
             if accept {
+                // Settled first, while still pending: a decline in another
+                // tab cannot leave the item approved under a declined
+                // request. Should the approval then fail, it stays held.
+                if !state
+                    .store
+                    .answer_consent(id, br#"{"action":"accept"}"#, now)
+                    .await
+                    .map_err(store_err)?
+                {
+                    return Err(ApiError::Conflict(
+                        "this request is no longer pending".into(),
+                    ));
+                }
                 let what = match c.kind {
                     ConsentKind::HeldLaunch => {
                         let fingerprint = p["fingerprint"].as_str().ok_or_else(|| {
@@ -365,11 +378,6 @@ pub(crate) async fn answer(
                         format!("approved package {package}")
                     }
                 };
-                state
-                    .store
-                    .answer_consent(id, br#"{"action":"accept"}"#, now)
-                    .await
-                    .map_err(store_err)?;
                 let event = if c.kind == ConsentKind::HeldLaunch {
                     event_types::LAUNCH_APPROVED
                 } else {
