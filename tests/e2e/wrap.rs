@@ -690,6 +690,78 @@ fn server_exit_code_propagates_through_wrap() {
     assert!(reason.contains("exited with status 3"), "{exited}");
 }
 
+/// Waits up to `secs` for wrap to exit.
+fn exit_within(wrap: &mut Reaped, secs: u64, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(status) = wrap.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "wrap did not exit within {secs} s {what}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// A server that exits while a process it started still holds its stdout:
+/// wrap notices the exit itself, ends the leftover and exits with the
+/// server's code, so the client is not left waiting on an open stream.
+#[cfg(unix)]
+#[test]
+fn a_server_that_exits_is_noticed_though_its_stdout_stays_open() {
+    let sb = Sandbox::new();
+    let pid_file = sb.path().join("leftover.pid");
+    let script = format!(
+        "sleep 300 & echo $! > '{}'; read line; exit 5",
+        pid_file.display()
+    );
+    let server = vec!["/bin/sh".to_owned(), "-c".to_owned(), script];
+    let argv = sb.wrap_argv("leaves-a-child", &[], &server);
+    let mut wrap = spawn_wrap(&sb, &argv);
+    let mut stdin = wrap.stdin.take().unwrap();
+    let stdout = wrap.stdout.take().unwrap();
+    writeln!(stdin, "{INIT}").unwrap();
+    stdin.flush().unwrap();
+    let leftover = read_pid(&pid_file);
+    let status = exit_within(&mut wrap, 15, "after its server exited");
+    assert_eq!(status.code(), Some(5), "the server's exit code is wrap's");
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut BufReader::new(stdout), &mut rest).unwrap();
+    wait_until(
+        "the process the server left behind is gone",
+        Duration::from_secs(5),
+        || process_gone(leftover),
+    );
+    drop(stdin);
+}
+
+/// A client that leaves while the server takes none of what it sent: wrap
+/// stops the server after its grace instead of waiting on it forever.
+#[cfg(unix)]
+#[test]
+fn a_client_that_leaves_ends_a_server_that_does_not_read() {
+    let sb = Sandbox::new();
+    let server = vec![
+        "/bin/sh".to_owned(),
+        "-c".to_owned(),
+        "exec sleep 300".to_owned(),
+    ];
+    let argv = sb.wrap_argv("never-reads", &[], &server);
+    let mut wrap = spawn_wrap(&sb, &argv);
+    let mut stdin = wrap.stdin.take().unwrap();
+    let pad = "p".repeat(1000);
+    // More than the pipe holds, less than wrap's backlog limit.
+    for id in 0..80 {
+        let ping = json!({"jsonrpc": "2.0", "id": id, "method": "ping", "params": {"pad": pad}});
+        writeln!(stdin, "{ping}").unwrap();
+    }
+    drop(stdin);
+    let status = exit_within(&mut wrap, 20, "after its client left");
+    assert!(!status.success(), "the server was stopped: {status:?}");
+}
+
 /// A client may pipeline requests (send many before reading answers). wrap
 /// must keep reading the server while the server is slow to read its stdin,
 /// or both block on full pipes forever.

@@ -73,6 +73,9 @@ pub struct Server {
     pub stdin: Option<Box<dyn AsyncWrite + Unpin + Send>>,
     pub stdout: Option<Box<dyn AsyncRead + Unpin + Send>>,
     process: Process,
+    /// Its process group (its pid at spawn), still signalled after it was
+    /// reaped: a process it started may hold its stdout open.
+    group: Option<u32>,
 }
 
 #[cfg(target_os = "linux")]
@@ -101,6 +104,7 @@ pub fn spawn(exe: &Path, args: &[String], env: &[(String, String)]) -> std::io::
     Ok(Server {
         stdin: Some(Box::new(stdin)),
         stdout: Some(Box::new(stdout)),
+        group: process.id(),
         process,
     })
 }
@@ -126,6 +130,7 @@ pub fn spawn(exe: &Path, args: &[String], env: &[(String, String)]) -> std::io::
             .stdout
             .take()
             .map(|s| Box::new(s) as Box<dyn AsyncRead + Unpin + Send>),
+        group: child.id(),
         process: child,
     })
 }
@@ -236,7 +241,7 @@ mod lifetime {
 
 /// Asks the server's process group to stop (SIGTERM on Unix).
 pub fn terminate(child: &Server) {
-    if let Some(pid) = child.id() {
+    if let Some(pid) = child.group {
         #[cfg(unix)]
         lifetime::signal_group(pid, libc::SIGTERM);
         #[cfg(not(unix))]
@@ -246,7 +251,7 @@ pub fn terminate(child: &Server) {
 
 /// Kills the server's process group (SIGKILL on Unix).
 pub fn kill(child: &Server) {
-    if let Some(pid) = child.id() {
+    if let Some(pid) = child.group {
         #[cfg(unix)]
         lifetime::signal_group(pid, libc::SIGKILL);
         #[cfg(not(unix))]

@@ -72,6 +72,8 @@ fn command_not_found(program: &str) -> String {
 
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 const STOP_GRACE: Duration = Duration::from_secs(3);
+/// How long the server's stdout is still read after the server exited.
+const EXIT_DRAIN: Duration = Duration::from_secs(1);
 
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -479,6 +481,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let mut server_out = Outbox::new(Box::new(child_stdin));
     let mut client_open = true;
     let mut stop_deadline: Option<tokio::time::Instant> = None;
+    let mut server_exited = false;
     let ctx = Dispatch {
         recorder: &recorder,
         pin_server_id: &pin_server_id,
@@ -550,8 +553,17 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         // server cannot hold each other on full pipes.
         let outputs = tokio::select! {
             _ = client_out.writable() => Vec::new(),
-            _ = server_out.writable() => Vec::new(),
-            line = next_line(&mut client_lines), if client_open && server_out.has_room() => match line {
+            _ = server_out.writable() => {
+                // A server still taking the client's last requests is
+                // given its grace again.
+                if !client_open && stop_deadline.is_some() && !server_exited {
+                    stop_deadline = Some(tokio::time::Instant::now() + STOP_GRACE);
+                }
+                Vec::new()
+            }
+            // Our own answers count too: a client that does not read them
+            // is not read either.
+            line = next_line(&mut client_lines), if client_open && server_out.has_room() && client_out.has_room() => match line {
                 Line::Frame(bytes) => {
                     let mut out = Vec::new();
                     // Another process may have pinned a tool first: that
@@ -617,6 +629,14 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 }
             },
             Some(note) = inbox.recv() => inbox.outputs(note, &relay),
+            // The server ended, though its stdout may stay open (a process
+            // it started holds it): what it wrote is read for a moment.
+            _ = child.wait(), if !server_exited => {
+                server_exited = true;
+                let drained = tokio::time::Instant::now() + EXIT_DRAIN;
+                stop_deadline = Some(stop_deadline.map_or(drained, |at| at.min(drained)));
+                Vec::new()
+            }
             _ = &mut timer, if armed.is_some() => {
                 armed = None;
                 if stop_deadline.is_some_and(|at| at <= tokio::time::Instant::now()) {
@@ -639,20 +659,23 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         if let Some(late) = late_marks {
             cross.attach_late(late);
         }
-        if !client_open
-            && server_out.is_open()
-            && server_out.is_idle()
-            && !relay.has_outstanding_work()
-        {
-            // The client is gone and our own requests are answered: close the
-            // server's stdin and give it a moment to finish on its own.
-            server_out.close();
-            stop_deadline = Some(tokio::time::Instant::now() + STOP_GRACE);
+        if !client_open && server_out.is_open() && !relay.has_outstanding_work() {
+            // The client is gone and our own requests are answered: the
+            // server gets a moment to finish on its own, its stdin closed
+            // once it took what the client sent (a server that stops
+            // taking it is stopped all the same).
+            if stop_deadline.is_none() {
+                stop_deadline = Some(tokio::time::Instant::now() + STOP_GRACE);
+            }
+            if server_out.is_idle() {
+                server_out.close();
+            }
         }
     };
 
     drop(server_out);
-    client_out.finish().await;
+    // A client that stopped reading does not hold wrap open.
+    let _ = tokio::time::timeout(STOP_GRACE, client_out.finish()).await;
     let code = match exit {
         Some(code) => code,
         None => match tokio::time::timeout(STOP_GRACE, child.wait()).await {
@@ -805,7 +828,7 @@ async fn refuse_loop<I: Inspector>(
             }
         }
     }
-    to_client.finish().await;
+    let _ = tokio::time::timeout(STOP_GRACE, to_client.finish()).await;
     recorder.finish().await;
     Ok(1)
 }
