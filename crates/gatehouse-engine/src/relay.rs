@@ -636,9 +636,10 @@ impl<I: Inspector> Relay<I> {
             | "server/discover" => Pending::Inspected(method.clone()),
             _ => Pending::Other,
         };
-        if !matches!(pending, Pending::Other) {
-            self.pending.insert(id.clone(), pending);
-        }
+        // Every forwarded request is tracked, judged or not: an answer
+        // Gatehouse must drop still ends it with an error, and an id the
+        // client uses again after its answer is a new request.
+        self.pending.insert(id.clone(), pending);
         Verdict::Forward
     }
 

@@ -627,6 +627,32 @@ fn a_dropped_answer_to_a_pending_request_becomes_an_error_for_the_client() {
     assert!(to_client(&out).is_empty(), "{out:?}");
 }
 
+/// Requests Gatehouse does not judge (`ping`, `completion/complete`, a
+/// custom method) are tracked all the same: a dropped answer still ends
+/// them with an error, and an id used again after its answer is a new
+/// request whose answer reaches the client.
+#[test]
+fn requests_that_are_not_judged_are_still_answered() {
+    let mut r = relay(Settings::default(), PinTable::default());
+    for (id, method) in [(1, "ping"), (2, "completion/complete"), (3, "x/custom")] {
+        r.on_client_frame(line(json!({"jsonrpc":"2.0","id":id,"method":method})), 0);
+        let out = r.on_server_oversized(100, 10, peeked(json!(id), PeekKind::Unknown), 1);
+        let answers = to_client(&out);
+        assert_eq!(answers.len(), 1, "{method}: {out:?}");
+        assert_eq!(answers[0]["id"], id);
+        assert_eq!(answers[0]["error"]["code"], -32603);
+    }
+    for (round, method) in ["resources/read", "ping", "ping"].iter().enumerate() {
+        r.on_client_frame(line(json!({"jsonrpc":"2.0","id":0,"method":method})), 0);
+        let pong = json!({"jsonrpc":"2.0","id":0,"result":{"contents":[]}});
+        assert_eq!(
+            to_client(&r.on_server_frame(line(pong.clone()), 0)),
+            vec![pong],
+            "round {round}: the answer to a reused id reaches the client"
+        );
+    }
+}
+
 #[test]
 fn a_dropped_answer_to_our_own_listing_releases_the_parked_call() {
     let mut r = relay(Settings::default(), PinTable::default());
