@@ -123,8 +123,9 @@ struct SeenTool {
 /// A client message or frame waiting for Gatehouse's own tool list.
 #[derive(Debug)]
 enum Parked {
-    /// A call to a tool the relay has not seen listed yet.
-    Call(Message),
+    /// A call to a tool the relay has not seen listed yet, with its line
+    /// when it came alone (sent on as written; a batch's is rewritten).
+    Call(Message, Option<Raw>),
     /// A client frame that arrived while a call was parked: it waits its
     /// turn, so nothing the client sent later reaches the server first.
     Frame(Frame),
@@ -134,7 +135,7 @@ impl Parked {
     /// The id of the one request this entry holds (none for a batch).
     fn request_id(&self) -> Option<&RequestId> {
         let msg = match self {
-            Parked::Call(msg) => msg,
+            Parked::Call(msg, _) => msg,
             Parked::Frame(Frame {
                 body: FrameBody::Single(msg),
                 ..
@@ -355,6 +356,7 @@ impl<I: Inspector> Relay<I> {
         let mut forward: Vec<(Message, Option<Value>)> = Vec::new();
         let mut answers = Vec::new();
         let mut untouched = true;
+        let mut raw = Some(raw);
         for msg in items {
             let verdict = match from {
                 Side::Client => self.client_message(&msg, now_ms, out),
@@ -373,11 +375,12 @@ impl<I: Inspector> Relay<I> {
                 Verdict::Drop => untouched = false,
                 Verdict::Park => {
                     untouched = false;
-                    self.parked.push_back(Parked::Call(msg))
+                    let line = if batch { None } else { raw.take() };
+                    self.parked.push_back(Parked::Call(msg, line))
                 }
             }
         }
-        if untouched {
+        if let (true, Some(raw)) = (untouched, raw) {
             // A split line takes its moved string back from its message.
             let mut none = Value::Null;
             let value = match forward.as_mut_slice() {
@@ -550,7 +553,7 @@ impl<I: Inspector> Relay<I> {
         .reason(format!(
             "the client cancelled request {id} while it waited for the tool list; it never reached the server"
         ));
-        if let Parked::Call(call) = &dropped {
+        if let Parked::Call(call, _) = &dropped {
             event = event.tool(called_tool(call));
         }
         out.push(Output::Event(event));
@@ -1072,8 +1075,9 @@ impl<I: Inspector> Relay<I> {
         let mut waiting = std::mem::take(&mut self.parked);
         while let Some(next) = waiting.pop_front() {
             match next {
-                Parked::Call(msg) => {
-                    let raw = Raw::Whole(message_line(&msg.value, msg.id()));
+                Parked::Call(msg, line) => {
+                    let raw =
+                        line.unwrap_or_else(|| Raw::Whole(message_line(&msg.value, msg.id())));
                     self.relay_messages(Side::Client, raw, false, vec![msg], now_ms, out);
                 }
                 Parked::Frame(frame) => out.extend(self.on_client_frame(frame, now_ms)),

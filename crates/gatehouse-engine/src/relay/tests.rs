@@ -295,6 +295,28 @@ fn park_call(r: &mut Relay<FakeInspector>, id: u64, tool: &str, now_ms: u64) -> 
     sent[0]["id"].clone()
 }
 
+/// A call held until the tool list is known goes on as the client wrote
+/// it: big numbers, escapes and spacing unchanged.
+#[test]
+fn a_parked_call_goes_on_byte_for_byte() {
+    let mut r = relay(Settings::default(), PinTable::default());
+    let written = br#"{"jsonrpc":"2.0", "id":5,"method":"tools/call","params":{"name":"echo","arguments":{"big":123456789012345678901234567890,"s":"caf\u00e9"}}}"#;
+    let out = r.on_client_frame(parse_frame(written.to_vec()), 0);
+    let listing = to_server(&out)[0]["id"].clone();
+    let out = r.on_server_frame(
+        line(json!({"jsonrpc":"2.0","id":listing,"result":{"tools":[tool("echo","Echoes")]}})),
+        1,
+    );
+    let sent: Vec<&Vec<u8>> = out
+        .iter()
+        .filter_map(|o| match o {
+            Output::ToServer(bytes) => Some(bytes),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent, vec![&written.to_vec()], "{out:?}");
+}
+
 #[test]
 fn frames_sent_after_a_parked_call_wait_behind_it() {
     let mut r = relay(Settings::default(), PinTable::default());
