@@ -152,14 +152,18 @@ pub struct WrapInfo {
     pub inner: usize,
 }
 
-/// True when `command` names a gatehouse binary.
+/// True when `command` names a gatehouse binary, or the tray app's Windows
+/// launcher (`gatehouse.cmd`).
 pub fn is_gatehouse_exe(command: &str) -> bool {
     let base = command
         .rsplit(['/', '\\'])
         .next()
         .unwrap_or(command)
         .to_ascii_lowercase();
-    base == "gatehouse" || base == "gatehouse.exe"
+    matches!(
+        base.as_str(),
+        "gatehouse" | "gatehouse.exe" | "gatehouse.cmd" | "gatehouse.bat"
+    )
 }
 
 /// Recognises `gatehouse wrap --server ID [--home H] [--pass-env A,B] -- CMD ARGS…`.
@@ -324,6 +328,24 @@ pub fn plan_entry(view: &EntryView, id: &str, gatehouse_home: &Path) -> Option<E
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_windows_launcher_counts_as_gatehouse() {
+        for command in [
+            "/usr/bin/gatehouse",
+            r"C:\Program Files\Gatehouse\gatehouse.exe",
+            r"C:\Users\me\AppData\Local\Gatehouse\bin\gatehouse.cmd",
+            "GATEHOUSE.CMD",
+        ] {
+            assert!(is_gatehouse_exe(command), "{command}");
+        }
+        for command in ["gatehouse-app", "node", "gatehouse.sh", "notgatehouse"] {
+            assert!(!is_gatehouse_exe(command), "{command}");
+        }
+        let args = s(&["wrap", "--server", "srv_1", "--", "npx", "-y", "pkg"]);
+        let wrap = parse_wrap(r"C:\G\bin\gatehouse.cmd", &args).expect("a wrap entry");
+        assert_eq!(wrap.server_id, "srv_1");
+    }
 
     fn s(items: &[&str]) -> Vec<String> {
         items.iter().map(|x| x.to_string()).collect()
