@@ -415,6 +415,25 @@ impl Protector<'_> {
         self.protect_until(file, opts, deadline(opts.wait), Pass::Protect)
     }
 
+    /// [`Protector::protect_file`] for auto-protect: the client's switch is
+    /// read again under the state lock, so an unprotect that turned it off
+    /// while this waited for the lock is not undone.
+    pub fn auto_protect_file(
+        &self,
+        file: &ConfigFile,
+        opts: &Options,
+    ) -> Result<FileReport, ClientError> {
+        let _lock = self.state().lock()?;
+        if !self.state().load()?.auto_protects(file.client.key) {
+            return Ok(FileReport {
+                path: file.path.clone(),
+                client: file.client.key.into(),
+                ..FileReport::default()
+            });
+        }
+        self.protect_until(file, opts, deadline(opts.wait), Pass::Protect)
+    }
+
     /// Self-heal at start: wrappers whose binary no longer exists (moved,
     /// uninstalled) are pointed at the current one; nothing new is wrapped,
     /// and wrappers naming another existing binary are left alone (so two

@@ -318,7 +318,7 @@ pub fn review_change(
         .any(|f| matches!(f, Finding::UnprotectedServerAdded { .. }));
     if auto_protect && needs {
         if handle.allow_reprotect(&file.path) {
-            match protector.protect_file(file, &Options::default()) {
+            match protector.auto_protect_file(file, &Options::default()) {
                 Ok(report) if report.changed => {
                     let written =
                         std::fs::read_to_string(&file.path).map_err(|source| ClientError::Io {

@@ -25,6 +25,7 @@ fn replace_by_rename(path: &Path, text: &str) {
 fn added_server_is_protected_within_two_seconds_without_a_rewrite_war() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
+    auto_on(&root, true);
     let dirs = HomeDirs::fixture(&root, Os::Linux);
     let path = dirs.home.join(".cursor/mcp.json");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -145,7 +146,17 @@ fn added_server_is_protected_within_two_seconds_without_a_rewrite_war() {
 const TOKEN: &str = "ghp_WatchCanary0123456789abcdefABCDEFGHIJ";
 
 /// A Cursor file with one server carrying a secret in its env.
+/// Switches auto-protect on for Cursor, as `gatehouse protect --watch` does.
+fn auto_on(root: &Path, on: bool) {
+    StateDir {
+        home: root.join("gh"),
+    }
+    .set_auto_protect(&["cursor"], on)
+    .unwrap();
+}
+
 fn cursor_with_secret(root: &Path) -> (HomeDirs, PathBuf, String) {
+    auto_on(root, true);
     let dirs = HomeDirs::fixture(root, Os::Linux);
     let path = dirs.home.join(".cursor/mcp.json");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -289,4 +300,25 @@ fn without_a_keyring_auto_protect_moves_no_secret_and_says_so() {
         original,
         "nothing written (no plain-text fallback)"
     );
+}
+
+/// The switch is read again under the state lock: a change reviewed with
+/// auto-protect on, after an unprotect turned it off, writes nothing.
+#[test]
+fn auto_protect_switched_off_meanwhile_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let (dirs, path, original) = cursor_with_secret(root);
+    auto_on(root, false);
+    let file = config_files(client("cursor").unwrap(), &dirs, &[]).remove(0);
+    let vault = MemoryVault::new();
+    let handle = WatchHandle::new(WatchPolicy::default());
+    let findings = review_change(&protector(root, &vault), &file, &[], true, &handle).unwrap();
+    assert!(
+        !findings
+            .iter()
+            .any(|f| matches!(f, Finding::Reprotected { .. })),
+        "{findings:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), original);
 }
