@@ -413,12 +413,21 @@ fn json_entry(container: &[String], name: &str, node: &Node) -> EntryView {
 /// array item, matching the array's one-line or one-item-per-line layout.
 fn json_items_before(text: &str, first: &Node, items: &[String]) -> String {
     let sep = match line_indent(text, first.span().start) {
-        Some(indent) => format!(",\n{indent}"),
+        Some(indent) => format!(",{}{indent}", line_ending(text)),
         None => ", ".to_owned(),
     };
     let mut out = items.join(&sep);
     out.push_str(&sep);
     out
+}
+
+/// The file's own line break: a CRLF file gets CRLF lines.
+fn line_ending(text: &str) -> &'static str {
+    if text.contains("\r\n") {
+        "\r\n"
+    } else {
+        "\n"
+    }
 }
 
 fn json_array(items: &[String]) -> String {
@@ -485,7 +494,7 @@ fn json_protect(text: &str, root: &Node, plans: &[(&EntryView, &EntryPlan)], exe
                     .map(|m| m.key_span.start)
                     .unwrap_or(cmd.span().start);
                 let sep = match line_indent(text, member) {
-                    Some(indent) => format!(",\n{indent}"),
+                    Some(indent) => format!(",{}{indent}", line_ending(text)),
                     None => ", ".into(),
                 };
                 edits.push(Edit {

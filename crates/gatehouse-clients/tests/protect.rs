@@ -1360,3 +1360,38 @@ fn a_project_file_is_restored_however_its_path_is_spelled_and_wherever_it_lives(
         .unwrap_or(0);
     assert_eq!(backups, 0, "the file's backups went with its protection");
 }
+
+/// A CRLF file keeps CRLF lines where protect adds a line (an `args` array
+/// or items on lines of their own), and comes back byte for byte.
+#[test]
+fn a_crlf_json_file_gets_crlf_lines() {
+    let fx = Fixture::new("linux-all");
+    let p = fx.protector();
+    let opts = Options {
+        yes: true,
+        ..Options::default()
+    };
+    let mut checked = 0;
+    for f in fx.files() {
+        let lf = read(&f.path);
+        if f.path.extension().is_none_or(|e| e != "json") || lf.contains('\r') {
+            continue;
+        }
+        let crlf = lf.replace('\n', "\r\n");
+        std::fs::write(&f.path, &crlf).unwrap();
+        let report = p.protect_file(&f, &opts).unwrap();
+        if !report.changed {
+            continue;
+        }
+        let wrapped = read(&f.path);
+        let bare = wrapped
+            .match_indices('\n')
+            .filter(|(at, _)| !wrapped[..*at].ends_with('\r'))
+            .count();
+        assert_eq!(bare, 0, "{}: a bare LF in\n{wrapped}", f.path.display());
+        p.unprotect_file(&f, &opts).unwrap();
+        assert_eq!(read(&f.path), crlf, "{}", f.path.display());
+        checked += 1;
+    }
+    assert!(checked >= 3, "only {checked} JSON files were protected");
+}
