@@ -238,7 +238,7 @@ impl ConfigDoc {
     pub fn unwrap(&self, targets: &[(&EntryView, UnwrapPlan)]) -> String {
         match self {
             ConfigDoc::Json { text, root } => json_unwrap(text, root, targets),
-            ConfigDoc::Toml { doc, .. } => toml_unwrap(doc, targets),
+            ConfigDoc::Toml { text, doc } => toml_unwrap(text, doc, targets),
         }
     }
 
@@ -737,10 +737,7 @@ fn toml_protect(
                         *v.decor_mut() = decor;
                     }
                 }
-                for (k, p) in prefix.into_iter().enumerate() {
-                    arr.insert_formatted(k, p);
-                }
-                arr.fmt();
+                insert_items_before(arr, prefix);
             }
             None => {
                 prefix.fmt();
@@ -780,13 +777,17 @@ fn toml_protect(
     }
     splices.sort_by_key(|s| s.span.start);
     Rewrite {
-        text: doc.to_string(),
+        text: keep_layout(text, doc.to_string()),
         splices,
         added_env_vars: added,
     }
 }
 
-fn toml_unwrap(im: &ImDocument<String>, targets: &[(&EntryView, UnwrapPlan)]) -> String {
+fn toml_unwrap(
+    text: &str,
+    im: &ImDocument<String>,
+    targets: &[(&EntryView, UnwrapPlan)],
+) -> String {
     let mut doc = im.clone().into_mut();
     for (view, plan) in targets {
         let Some(t) = toml_entry_mut(&mut doc, view) else {
@@ -813,10 +814,17 @@ fn toml_unwrap(im: &ImDocument<String>, targets: &[(&EntryView, UnwrapPlan)]) ->
                 }
             }
             if let Some(wrap) = &view.wrapped {
+                let lead = arr.get(0).map(|v| decor_prefix(v).to_owned());
                 for _ in 0..=wrap.inner.min(arr.len().saturating_sub(1)) {
                     arr.remove(0);
                 }
-                arr.fmt();
+                // On one line, the new first item loses its space; one per
+                // line, it keeps its own line (and comment).
+                if let (Some(lead), Some(first)) = (lead, arr.get_mut(0)) {
+                    if !decor_prefix(first).contains('\n') {
+                        first.decor_mut().set_prefix(lead);
+                    }
+                }
             }
         }
         if let Some(env) = t.get_mut("env").and_then(Item::as_table_like_mut) {
@@ -836,7 +844,49 @@ fn toml_unwrap(im: &ImDocument<String>, targets: &[(&EntryView, UnwrapPlan)]) ->
             t.remove("env_vars");
         }
     }
-    doc.to_string()
+    keep_layout(text, doc.to_string())
+}
+
+fn decor_prefix(v: &Value) -> &str {
+    v.decor().prefix().and_then(|p| p.as_str()).unwrap_or("")
+}
+
+/// Puts `items` before an array's own, in its layout (one line, or one item
+/// per line at its indent), leaving its items' comments where they are.
+fn insert_items_before(arr: &mut Array, items: Array) {
+    let first = arr.get(0).map(|v| decor_prefix(v).to_owned());
+    let one_per_line = first
+        .as_deref()
+        .and_then(|p| p.rfind('\n').map(|at| p[at..].to_owned()));
+    let (lead, sep) = match (&one_per_line, &first) {
+        (Some(indent), _) => (indent.clone(), indent.clone()),
+        (None, Some(p)) => (p.clone(), " ".to_owned()),
+        (None, None) => (String::new(), " ".to_owned()),
+    };
+    let count = items.len();
+    for (k, mut item) in items.into_iter().enumerate() {
+        item.decor_mut()
+            .set_prefix(if k == 0 { &lead } else { &sep }.clone());
+        item.decor_mut().set_suffix("");
+        arr.insert_formatted(k, item);
+    }
+    if one_per_line.is_none() {
+        if let Some(old_first) = arr.get_mut(count) {
+            old_first.decor_mut().set_prefix(" ");
+        }
+    }
+}
+
+/// What `toml_edit` writes, with the file's byte-order mark and CRLF lines
+/// kept.
+fn keep_layout(original: &str, mut out: String) -> String {
+    if original.contains("\r\n") {
+        out = out.replace("\r\n", "\n").replace('\n', "\r\n");
+    }
+    if original.starts_with('\u{feff}') && !out.starts_with('\u{feff}') {
+        out.insert(0, '\u{feff}');
+    }
+    out
 }
 
 /// Quotes an expanded value the way the original span was quoted.

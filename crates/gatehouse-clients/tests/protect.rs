@@ -1395,3 +1395,42 @@ fn a_crlf_json_file_gets_crlf_lines() {
     }
     assert!(checked >= 3, "only {checked} JSON files were protected");
 }
+
+/// A Codex file keeps its comments inside `args`, its CRLF lines and its
+/// byte-order mark through protect, and through an unprotect that cannot
+/// restore bytes (Codex changed the file meanwhile).
+#[test]
+fn a_codex_file_keeps_its_array_comments_line_ends_and_bom() {
+    let fx = Fixture::new("linux-all");
+    let p = fx.protector();
+    let codex = fx
+        .files()
+        .into_iter()
+        .find(|f| f.client.key == "codex")
+        .unwrap();
+    let args = "args = [\r\n  # the entry point\r\n  \"server.js\",\r\n  \"--port\", # default 1\r\n  \"1\",\r\n]";
+    let original =
+        format!("\u{feff}# Codex\r\n[mcp_servers.local]\r\ncommand = \"node\"\r\n{args}\r\n");
+    std::fs::write(&codex.path, &original).unwrap();
+    p.protect_file(&codex, &Options::default()).unwrap();
+    let wrapped = read(&codex.path);
+    assert!(wrapped.starts_with('\u{feff}'), "{wrapped:?}");
+    assert!(!wrapped.replace("\r\n", "").contains('\n'), "{wrapped:?}");
+    for comment in ["# the entry point", "# default 1"] {
+        assert!(wrapped.contains(comment), "{comment} kept: {wrapped}");
+    }
+    assert!(
+        wrapped.contains("\"wrap\"") && wrapped.contains("\"node\""),
+        "{wrapped}"
+    );
+    // Codex adds a table: the bytes can no longer be restored as they were.
+    let edited = format!("{wrapped}[projects.\"/w\"]\r\ntrust_level = \"trusted\"\r\n");
+    std::fs::write(&codex.path, &edited).unwrap();
+    p.unprotect_file(&codex, &Options::default()).unwrap();
+    let restored = read(&codex.path);
+    assert_eq!(
+        restored,
+        format!("{original}[projects.\"/w\"]\r\ntrust_level = \"trusted\"\r\n"),
+        "the entry as written, the edit kept"
+    );
+}
