@@ -608,23 +608,28 @@ fn start_raw_server(sb: &Sandbox, id: &str, extra: &[&str]) -> (Reaped, ChildStd
     (wrap, stdin, server_pid)
 }
 
+/// Waits up to `secs` for wrap to exit.
+fn exit_within(wrap: &mut Reaped, secs: u64, what: &str) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(status) = wrap.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "wrap did not exit within {secs} s {what}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
 #[test]
 fn sigterm_to_wrap_ends_the_server() {
     let sb = Sandbox::new();
     let (mut wrap, stdin, server_pid) = start_raw_server(&sb, "lifetime", &[]);
 
     signal(wrap.id(), "TERM");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(s) = wrap.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "wrap did not exit within 10 s of SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    };
+    let status = exit_within(&mut wrap, 10, "of SIGTERM");
     wait_until(
         "the server is gone after wrap's SIGTERM",
         Duration::from_secs(5),
@@ -671,38 +676,13 @@ fn server_exit_code_propagates_through_wrap() {
         line.contains("raw-e2e"),
         "initialize answered before the server exits: {line}"
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = wrap.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "wrap did not exit after its server exited"
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    };
+    let status = exit_within(&mut wrap, 20, "after its server exited");
     assert_eq!(status.code(), Some(3), "the server's exit code is wrap's");
     drop(stdin);
     // The client only saw its stream end: the event says why.
     let exited = sb.wait_for_event("the server's exit", |e| e["type"] == "mcp_server_exited");
     let reason = exited["reason"].as_str().unwrap_or_default();
     assert!(reason.contains("exited with status 3"), "{exited}");
-}
-
-/// Waits up to `secs` for wrap to exit.
-fn exit_within(wrap: &mut Reaped, secs: u64, what: &str) -> std::process::ExitStatus {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(status) = wrap.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "wrap did not exit within {secs} s {what}"
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    }
 }
 
 /// A server that exits while a process it started still holds its stdout:
