@@ -718,28 +718,38 @@ fn a_server_that_exits_is_noticed_though_its_stdout_stays_open() {
 }
 
 /// A client that leaves while the server takes none of what it sent: wrap
-/// stops the server after its grace instead of waiting on it forever.
+/// stops the server after its grace instead of waiting on it forever, both
+/// when it read the client's end of stream and when it had stopped reading
+/// the client (the server's backlog full) and only saw it hang up.
 #[cfg(unix)]
 #[test]
 fn a_client_that_leaves_ends_a_server_that_does_not_read() {
-    let sb = Sandbox::new();
-    let server = vec![
-        "/bin/sh".to_owned(),
-        "-c".to_owned(),
-        "exec sleep 300".to_owned(),
-    ];
-    let argv = sb.wrap_argv("never-reads", &[], &server);
-    let mut wrap = spawn_wrap(&sb, &argv);
-    let mut stdin = wrap.stdin.take().unwrap();
-    let pad = "p".repeat(1000);
-    // More than the pipe holds, less than wrap's backlog limit.
-    for id in 0..80 {
-        let ping = json!({"jsonrpc": "2.0", "id": id, "method": "ping", "params": {"pad": pad}});
-        writeln!(stdin, "{ping}").unwrap();
+    // 80 frames: more than the server's pipe holds. 140: more than that and
+    // wrap's backlog, still less than the client's own pipe adds to them.
+    for frames in [80, 140] {
+        let sb = Sandbox::new();
+        let server = vec![
+            "/bin/sh".to_owned(),
+            "-c".to_owned(),
+            "exec sleep 300".to_owned(),
+        ];
+        let argv = sb.wrap_argv("never-reads", &[], &server);
+        let mut wrap = spawn_wrap(&sb, &argv);
+        let mut stdin = wrap.stdin.take().unwrap();
+        let pad = "p".repeat(1000);
+        for id in 0..frames {
+            let ping =
+                json!({"jsonrpc": "2.0", "id": id, "method": "ping", "params": {"pad": pad}});
+            writeln!(stdin, "{ping}").unwrap();
+        }
+        drop(stdin);
+        let status = exit_within(
+            &mut wrap,
+            20,
+            &format!("after its client left ({frames} frames)"),
+        );
+        assert!(!status.success(), "the server was stopped: {status:?}");
     }
-    drop(stdin);
-    let status = exit_within(&mut wrap, 20, "after its client left");
-    assert!(!status.success(), "the server was stopped: {status:?}");
 }
 
 /// A client may pipeline requests (send many before reading answers). wrap

@@ -25,6 +25,42 @@ pub fn client_stdout() -> ClientWriter {
     Box::new(tokio::io::stdout())
 }
 
+/// Tells when the client closed its end of wrap's stdin without reading
+/// what is left in it. The loop stops reading the client while the
+/// server's backlog is full; a client that left then would go unseen as
+/// long as the server takes nothing more.
+pub struct Hangup {
+    #[cfg(unix)]
+    fd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
+}
+
+impl Hangup {
+    /// Watches the client's stdin (a pipe or a socket; anything else is
+    /// never seen to hang up).
+    pub fn client() -> Hangup {
+        Hangup {
+            #[cfg(unix)]
+            fd: unix::watch_stdin(),
+        }
+    }
+
+    /// Resolves once the client closed its end; pending forever when that
+    /// cannot be told.
+    pub async fn wait(&self) {
+        #[cfg(unix)]
+        if let Some(fd) = &self.fd {
+            // Readable is reported at each write too: only a hang-up ends it.
+            while let Ok(mut ready) = fd.readable().await {
+                if ready.ready().is_read_closed() {
+                    return;
+                }
+                ready.clear_ready();
+            }
+        }
+        std::future::pending().await
+    }
+}
+
 #[cfg(unix)]
 mod unix {
     use std::fs::File;
@@ -66,6 +102,18 @@ mod unix {
             (fd, Kind::Pipe) => Some(Box::new(pipe::Receiver::from_owned_fd(fd).ok()?)),
             (fd, Kind::Socket) => Some(Box::new(socket(fd)?)),
         }
+    }
+
+    /// A second registration of stdin, never read, for its hang-up.
+    #[allow(unsafe_code)]
+    pub fn watch_stdin() -> Option<tokio::io::unix::AsyncFd<OwnedFd>> {
+        let (fd, _) = classify(std::io::stdin())?;
+        // SAFETY: the AsyncFd owns `fd`: it stays open, and names the same
+        // open file description, until the AsyncFd drops.
+        unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        }
+        .ok()
     }
 
     pub fn stdout() -> Option<ClientWriter> {

@@ -482,6 +482,9 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let mut client_open = true;
     let mut stop_deadline: Option<tokio::time::Instant> = None;
     let mut server_exited = false;
+    // Registered only while the client is not read (see `Hangup`).
+    let mut hangup: Option<crate::stdio::Hangup> = None;
+    let mut client_gone = false;
     let ctx = Dispatch {
         recorder: &recorder,
         pin_server_id: &pin_server_id,
@@ -556,7 +559,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             _ = server_out.writable() => {
                 // A server still taking the client's last requests is
                 // given its grace again.
-                if !client_open && stop_deadline.is_some() && !server_exited {
+                if (!client_open || client_gone) && stop_deadline.is_some() && !server_exited {
                     stop_deadline = Some(tokio::time::Instant::now() + STOP_GRACE);
                 }
                 Vec::new()
@@ -629,6 +632,13 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 }
             },
             Some(note) = inbox.recv() => inbox.outputs(note, &relay),
+            // Not read while the server takes nothing: has the client left?
+            _ = async { hangup.get_or_insert_with(crate::stdio::Hangup::client).wait().await },
+                if client_open && !client_gone && !server_out.has_room() => {
+                client_gone = true;
+                stop_deadline.get_or_insert(tokio::time::Instant::now() + STOP_GRACE);
+                Vec::new()
+            }
             // The server ended, though its stdout may stay open (a process
             // it started holds it): what it wrote is read for a moment.
             _ = child.wait(), if !server_exited => {
@@ -659,6 +669,9 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         if let Some(late) = late_marks {
             cross.attach_late(late);
         }
+        if server_out.has_room() {
+            hangup = None;
+        }
         if !client_open && server_out.is_open() && !relay.has_outstanding_work() {
             // The client is gone and our own requests are answered: the
             // server gets a moment to finish on its own, its stdin closed
@@ -686,7 +699,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             }
         },
     };
-    if exit.is_none() && client_open {
+    if exit.is_none() && client_open && !client_gone {
         // The server hung up on a connected client: the client only sees
         // its stream end, so say why where its log and the dashboard show.
         let reason = format!(
