@@ -880,7 +880,7 @@ fn insert_items_before(arr: &mut Array, items: Array) {
 /// What `toml_edit` writes, with the file's byte-order mark and CRLF lines
 /// kept.
 fn keep_layout(original: &str, mut out: String) -> String {
-    if original.contains("\r\n") {
+    if line_ending(original) == "\r\n" {
         out = out.replace("\r\n", "\n").replace('\n', "\r\n");
     }
     if original.starts_with('\u{feff}') && !out.starts_with('\u{feff}') {

@@ -17,20 +17,22 @@ pub fn is_other_user(local: SocketAddr, peer: SocketAddr) -> bool {
         // SAFETY: geteuid has no preconditions and cannot fail.
         #[allow(unsafe_code)]
         let me = unsafe { libc::geteuid() };
-        let tables: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
-            .iter()
-            .filter_map(|table| std::fs::read_to_string(table).ok())
-            .collect();
-        if tables.is_empty() {
-            return false;
-        }
         let candidates = [(peer, local), (mapped(peer), mapped(local))];
-        let owner = tables.iter().find_map(|text| {
-            candidates
+        let mut readable = false;
+        // The second table is read only when the socket is not in the first.
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            let Ok(text) = std::fs::read_to_string(table) else {
+                continue;
+            };
+            readable = true;
+            let owner = candidates
                 .iter()
-                .find_map(|(from, to)| socket_uid(text, *from, *to))
-        });
-        owner != Some(me)
+                .find_map(|(from, to)| socket_uid(&text, *from, *to));
+            if let Some(uid) = owner {
+                return uid != me;
+            }
+        }
+        readable
     }
     #[cfg(not(target_os = "linux"))]
     {

@@ -242,9 +242,9 @@ impl ClientChanger {
         let stamp = (now_ms / 1000).to_string();
         let (exe, vault, dirs) = (self.exe.clone(), self.vault.clone(), self.dirs.clone());
         let files = tokio::task::spawn_blocking(move || {
+            let state = gatehouse_clients::state::StateDir { home: home.clone() };
             if undo {
                 // as `gatehouse unprotect`: the watcher must not wrap it again
-                let state = gatehouse_clients::state::StateDir { home: home.clone() };
                 if let Err(e) = state.set_auto_protect(&[spec.key], false) {
                     tracing::warn!(error = %e, client = spec.key, "auto-protect left on");
                 }
@@ -271,9 +271,12 @@ impl ClientChanger {
                     .and_then(gatehouse_clients::client_cli::find_on_path),
             };
             // An unprotect also finds project files no editor lists now.
-            let state = gatehouse_clients::state::StateDir { home: protector.gatehouse_home.clone() };
-            let protected = if undo { state.protected_projects(spec.key) } else { Ok(Vec::new()) };
-            let projects = all_projects(&dirs, &protected.unwrap_or_default());
+            let protected = if undo {
+                state.protected_projects(spec.key).unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            let projects = all_projects(&dirs, &protected);
             config_files(spec, &dirs, &projects)
                 .iter()
                 .map(|f| {
