@@ -13,7 +13,9 @@ use serde_json::{json, Value};
 use crate::inspect::{findings_json, max_severity, Finding, Inspector};
 use crate::pins::{judge, PinEntry, PinState, PinTable, ToolJudgement};
 use crate::settings::{ResultAction, SamplingContext, SensitiveElicitation, Settings, ToolRule};
-use crate::verdict::{Action, EngineEvent, InputRequest, Output, PinUpdate, Severity};
+use crate::verdict::{
+    Action, EngineEvent, InputRequest, Output, Passed, Peer, PinUpdate, Severity,
+};
 
 /// Who the relay speaks for.
 #[derive(Clone, Debug)]
@@ -163,6 +165,15 @@ impl Side {
             Side::Client => Output::ToServer(line),
             Side::Server => Output::ToClient(line),
         }
+    }
+
+    /// Passing a frame on as it came.
+    fn pass(self, frame: Passed) -> Output {
+        let to = match self {
+            Side::Client => Peer::Server,
+            Side::Server => Peer::Client,
+        };
+        Output::Pass { to, frame }
     }
 
     /// Answering a frame goes back to its sender.
@@ -381,13 +392,12 @@ impl<I: Inspector> Relay<I> {
             }
         }
         if let (true, Some(raw)) = (untouched, raw) {
-            // A split line takes its moved string back from its message.
-            let mut none = Value::Null;
-            let value = match forward.as_mut_slice() {
-                [(msg, None)] => &mut msg.value,
-                _ => &mut none,
-            };
-            out.push(from.forward(raw.into_bytes(value)));
+            let messages = forward.into_iter().map(|(msg, _)| msg.value).collect();
+            out.push(from.pass(Passed {
+                raw,
+                messages,
+                batch,
+            }));
             return;
         }
         let line = |mut lines: Vec<Vec<u8>>| {

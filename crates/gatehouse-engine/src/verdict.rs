@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use gatehouse_protocol::Raw;
 use serde_json::Value;
 
 /// Severity of a finding or decision, ordered from least to most severe.
@@ -156,10 +157,61 @@ pub enum Output {
     ToServer(Vec<u8>),
     /// Write this line (without newline) to the client (our stdout).
     ToClient(Vec<u8>),
+    /// Write this frame, passed on as it came, to `to`: its line
+    /// ([`Passed::into_line`]) with the messages the relay read from it,
+    /// so a later stage reads them rather than parsing the line again.
+    Pass {
+        to: Peer,
+        frame: Passed,
+    },
     Event(EngineEvent),
     Persist(PinUpdate),
     /// Ask the person in the dashboard inbox; the host answers the server.
     Inbox(InputRequest),
+}
+
+impl Output {
+    /// A passed frame as the line it is written as; anything else as it is.
+    pub fn written(self) -> Output {
+        match self {
+            Output::Pass {
+                to: Peer::Server,
+                frame,
+            } => Output::ToServer(frame.into_line()),
+            Output::Pass {
+                to: Peer::Client,
+                frame,
+            } => Output::ToClient(frame.into_line()),
+            other => other,
+        }
+    }
+}
+
+/// One end of the relay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    Client,
+    Server,
+}
+
+/// A frame read as the relay reads it (`gatehouse_protocol::parse_frame`):
+/// its line and its messages, a batch's elements in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Passed {
+    pub raw: Raw,
+    pub messages: Vec<Value>,
+    pub batch: bool,
+}
+
+impl Passed {
+    /// The line, byte for byte: a split line takes its string back from
+    /// its one message (see [`Raw::into_bytes`]).
+    pub fn into_line(mut self) -> Vec<u8> {
+        match (self.batch, self.messages.as_mut_slice()) {
+            (false, [msg]) => self.raw.into_bytes(msg),
+            _ => self.raw.into_unsplit_bytes(),
+        }
+    }
 }
 
 /// An `elicitation/create` routed to the dashboard inbox instead of the

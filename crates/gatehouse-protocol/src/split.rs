@@ -21,7 +21,7 @@ const MARK_WRITTEN: &str = r"\u0000gatehouse:split\u0000";
 const MARK: &str = "\0gatehouse:split\0";
 
 /// A line's bytes, as the relay forwards them.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Raw {
     /// Every byte of the line.
     Whole(Vec<u8>),
@@ -30,7 +30,7 @@ pub enum Raw {
 }
 
 /// The bytes before and after a moved string, and where it is in the value.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Split {
     head: Vec<u8>,
     tail: Vec<u8>,

@@ -23,7 +23,7 @@ use gatehouse_engine::cross_server::{
     CrossDecision, CrossRules, CrossVerdict, FlowMode, FlowSettings, Prior, RateSettings,
     ShadowFacts, ShadowPeer, TaintKey, ToolClass,
 };
-use gatehouse_engine::{Action, EngineEvent, Inspector, Output, Relay, Severity};
+use gatehouse_engine::{Action, EngineEvent, Inspector, Output, Passed, Peer, Relay, Severity};
 use gatehouse_protocol::{Raw, RequestId};
 use gatehouse_store::{
     now_ms, BucketState, CallCheck, CallDecision, CallId, LocalCall, NewCall, Store, WindowLoad,
@@ -183,29 +183,33 @@ impl Cross {
             return (outputs, None);
         }
         self.publish_tools(relay).await;
-        if self.joining.is_some()
-            && outputs
-                .iter()
-                .any(|o| matches!(o, Output::ToServer(b) if batch::may_hold_call(b)))
-        {
+        if self.joining.is_some() && outputs.iter().any(batch::sends_call) {
             self.joined().await;
         }
         let mut out = Vec::with_capacity(outputs.len());
         let mut late = None;
         for output in outputs {
             match output {
-                Output::ToServer(bytes) if batch::may_hold_call(&bytes) => {
+                output if batch::sends_call(&output) => {
                     // The check takes the session lock: marks waiting
                     // under it are attached first (rare: a result and a
                     // call in one turn).
                     if let Some(waiting) = late.take() {
                         self.attach_late(waiting);
                     }
-                    self.check_frame(bytes, relay, &mut out).await
+                    match batch::frame_of(output, Peer::Server) {
+                        Ok(frame) => self.check_frame(frame, relay, &mut out).await,
+                        Err(line) => out.push(line),
+                    }
                 }
-                Output::ToClient(bytes) if self.may_await_result(&late).await => {
-                    let bytes = self.observe_result(bytes, &mut late).await;
-                    out.push(Output::ToClient(bytes));
+                output @ (Output::ToClient(_)
+                | Output::Pass {
+                    to: Peer::Client, ..
+                }) if self.may_await_result(&late).await => {
+                    match batch::frame_of(output, Peer::Client) {
+                        Ok(frame) => out.push(self.observe_result(frame, &mut late).await),
+                        Err(line) => out.push(line),
+                    }
                 }
                 other => out.push(other),
             }
@@ -259,16 +263,12 @@ impl Cross {
     /// single call), the blocked ones answered in one batch reply.
     async fn check_frame<I: Inspector>(
         &mut self,
-        bytes: Vec<u8>,
+        frame: Passed,
         relay: &Relay<I>,
         out: &mut Vec<Output>,
     ) {
-        let (frame, raw) = batch::call_frame(bytes);
-        let Some((items, batched)) = frame.into_messages() else {
-            return out.push(Output::ToServer(raw.into_unsplit_bytes()));
-        };
-        let mut answers = Vec::with_capacity(items.len());
-        for item in &items {
+        let mut answers = Vec::with_capacity(frame.messages.len());
+        for item in &frame.messages {
             let answer = match batch::is_call(item) {
                 true => match self.check_call(item, relay, out).await {
                     Checked::Forward => None,
@@ -278,9 +278,7 @@ impl Cross {
             };
             answers.push(answer);
         }
-        let (forward, reply) = batch::judged(raw, batched, items, answers);
-        out.extend(forward.map(Output::ToServer));
-        out.extend(reply.map(Output::ToClient));
+        batch::settle(frame, answers, out);
     }
 
     /// One `tools/call` request (`batch::is_call`): judged, recorded when
@@ -512,9 +510,13 @@ impl Cross {
     /// the database gets its marks there (one indexed UPDATE) before the
     /// result is forwarded; a read kept in memory while alone, from a line
     /// forwarded as it was read, gets them after ([`LateMarks`]).
-    async fn observe_result(&mut self, bytes: Vec<u8>, late: &mut Option<LateMarks>) -> Vec<u8> {
+    async fn observe_result(&mut self, frame: Passed, late: &mut Option<LateMarks>) -> Output {
         // A batch reply's elements are results like single ones.
-        let (mut messages, raw) = batch::messages(bytes);
+        let Passed {
+            raw,
+            mut messages,
+            batch,
+        } = frame;
         // A split line takes its longest string back from the message when
         // it is forwarded, so only a whole line's results can wait.
         let may_wait = matches!(raw, Raw::Whole(_));
@@ -572,8 +574,14 @@ impl Cross {
                 }
             }
         }
-        let mut none = Value::Null;
-        raw.into_bytes(messages.first_mut().unwrap_or(&mut none))
+        Output::Pass {
+            to: Peer::Client,
+            frame: Passed {
+                raw,
+                messages,
+                batch,
+            },
+        }
     }
 
     /// Removes this server's tools from the session and leaves it (the

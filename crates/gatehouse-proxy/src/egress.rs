@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use gatehouse_engine::cross_server::batch;
 use gatehouse_engine::cross_server::{blocked_value, CrossFinding};
-use gatehouse_engine::{Action, EngineEvent, Output, Severity};
+use gatehouse_engine::{Action, EngineEvent, Output, Passed, Peer, Severity};
 use gatehouse_protocol::RequestId;
 use gatehouse_store::{now_ms, Store};
 use gatehouse_vault::guard::Encoding;
@@ -110,8 +110,11 @@ impl Egress {
         let mut out = Vec::with_capacity(outputs.len());
         for output in outputs {
             match output {
-                Output::ToServer(bytes) if batch::may_hold_call(&bytes) => {
-                    self.check_frame(&guard, bytes, &mut out)
+                output if batch::sends_call(&output) => {
+                    match batch::frame_of(output, Peer::Server) {
+                        Ok(frame) => self.check_frame(&guard, frame, &mut out),
+                        Err(line) => out.push(line),
+                    }
                 }
                 other => out.push(other),
             }
@@ -119,13 +122,9 @@ impl Egress {
         out
     }
 
-    fn check_frame(&self, guard: &SecretGuard, bytes: Vec<u8>, out: &mut Vec<Output>) {
-        let (frame, raw) = batch::call_frame(bytes);
-        let Some((items, batched)) = frame.into_messages() else {
-            return out.push(Output::ToServer(raw.into_unsplit_bytes()));
-        };
-        let mut answers = Vec::with_capacity(items.len());
-        for item in &items {
+    fn check_frame(&self, guard: &SecretGuard, frame: Passed, out: &mut Vec<Output>) {
+        let mut answers = Vec::with_capacity(frame.messages.len());
+        for item in &frame.messages {
             let answer = match self.check(guard, item) {
                 Some((event, answer)) => {
                     let tool = event.tool.clone().unwrap_or_default();
@@ -139,9 +138,7 @@ impl Egress {
             };
             answers.push(answer);
         }
-        let (forward, reply) = batch::judged(raw, batched, items, answers);
-        out.extend(forward.map(Output::ToServer));
-        out.extend(reply.map(Output::ToClient));
+        batch::settle(frame, answers, out);
     }
 
     /// `Some((event, blocked answer))` when the call carries a secret; the
@@ -307,6 +304,11 @@ mod tests {
         (store, gh, slack)
     }
 
+    /// The outputs as written: passed frames as their lines.
+    fn written(out: Vec<Output>) -> Vec<Output> {
+        out.into_iter().map(Output::written).collect()
+    }
+
     fn blocked(outputs: &[Output]) -> Option<String> {
         outputs.iter().find_map(|o| match o {
             Output::ToClient(b) => Some(String::from_utf8_lossy(b).into_owned()),
@@ -331,7 +333,7 @@ mod tests {
                 r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"post","arguments":{{"t":{deep},"n":1e400}}}}}}"#
             ),
         ] {
-            let out = slack.filter(vec![Output::ToServer(line.clone().into_bytes())]);
+            let out = written(slack.filter(vec![Output::ToServer(line.clone().into_bytes())]));
             assert!(blocked(&out).is_some(), "not blocked: {line:.90}");
             assert!(!out.iter().any(|o| matches!(o, Output::ToServer(_))));
         }
@@ -341,7 +343,8 @@ mod tests {
             {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
              "params": {"name": "post", "arguments": {"t": CANARY}}},
         ]);
-        let out = slack.filter(vec![Output::ToServer(serde_json::to_vec(&batch).unwrap())]);
+        let out =
+            written(slack.filter(vec![Output::ToServer(serde_json::to_vec(&batch).unwrap())]));
         let forwarded: Vec<Value> = out
             .iter()
             .filter_map(|o| match o {
@@ -370,7 +373,7 @@ mod tests {
             serde_json::json!({"blocks": [{"fields": {"t": CANARY}}]}),
             serde_json::json!({"url": format!("https://x.example/?q={}", hex::encode(CANARY))}),
         ] {
-            let out = slack.filter(vec![call(7, "post", args.clone())]);
+            let out = written(slack.filter(vec![call(7, "post", args.clone())]));
             let answer = blocked(&out).unwrap_or_else(|| panic!("not blocked: {args}"));
             assert!(answer.contains("secret_egress") && answer.contains("\"isError\":true"));
             assert!(!answer.contains(CANARY), "the answer names, never shows");
@@ -384,20 +387,21 @@ mod tests {
             assert!(!out.iter().any(|o| matches!(o, Output::ToServer(_))));
         }
         // The owner may send its own secret; innocuous calls pass.
-        let own = gh.filter(vec![call(
+        let own = written(gh.filter(vec![call(
             8,
             "create_issue",
             serde_json::json!({"t": CANARY}),
-        )]);
+        )]));
         assert!(matches!(own.as_slice(), [Output::ToServer(_)]));
-        let fine = slack.filter(vec![call(9, "post", serde_json::json!({"text": "hello"}))]);
+        let fine =
+            written(slack.filter(vec![call(9, "post", serde_json::json!({"text": "hello"}))]));
         assert!(matches!(fine.as_slice(), [Output::ToServer(_)]));
     }
 
     #[tokio::test]
     async fn audit_mode_records_and_forwards() {
         let (_store, _gh, slack) = two_wraps(true).await;
-        let out = slack.filter(vec![call(1, "post", serde_json::json!({"text": CANARY}))]);
+        let out = written(slack.filter(vec![call(1, "post", serde_json::json!({"text": CANARY}))]));
         assert!(
             matches!(out.as_slice(), [Output::Event(e), Output::ToServer(_)] if e.action == Action::Audit)
         );

@@ -798,13 +798,14 @@ struct Dispatch<'a> {
 impl Dispatch<'_> {
     fn dispatch(&self, outputs: Vec<Output>, client: &mut Outbox, server: &mut Outbox) {
         for output in outputs {
-            match output {
+            match output.written() {
                 Output::ToClient(bytes) => client.push(bytes),
                 Output::ToServer(bytes) => server.push(bytes),
                 Output::Event(event) => self.recorder.event(event),
                 Output::Persist(update) => self.recorder.persist(self.pin_server_id, update),
-                // `Inbox::take` has taken these already.
-                Output::Inbox(_) => {}
+                // `Inbox::take` has taken these already; a passed frame
+                // was written out above.
+                Output::Inbox(_) | Output::Pass { .. } => {}
             }
         }
     }
@@ -834,7 +835,7 @@ async fn refuse_loop<I: Inspector>(
             },
         };
         for output in outputs {
-            match output {
+            match output.written() {
                 Output::ToClient(b) => to_client.push(b),
                 Output::Event(e) => recorder.event(e),
                 _ => {}

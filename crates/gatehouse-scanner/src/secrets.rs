@@ -7,6 +7,7 @@
 
 use std::sync::OnceLock;
 
+use aho_corasick::{AhoCorasick, Input, MatchKind};
 use regex::Regex;
 use sha2::{Digest, Sha256};
 
@@ -15,6 +16,9 @@ pub struct SecretPattern {
     pub regex: &'static str,
     /// Characters of the value that may be shown (a public, fixed prefix).
     pub prefix_len: usize,
+    /// Every match holds one of these, so a text that holds none is not
+    /// searched with `regex` (none listed: always searched).
+    pub literals: &'static [&'static str],
 }
 
 pub const SECRET_PATTERNS: &[SecretPattern] = &[
@@ -22,6 +26,7 @@ pub const SECRET_PATTERNS: &[SecretPattern] = &[
         kind: "aws_access_key_id",
         regex: r"\b(AKIA|ASIA)[0-9A-Z]{16}\b",
         prefix_len: 4,
+        literals: &["AKIA", "ASIA"],
     },
     // A secret access key has no prefix of its own: it is found by its
     // label (`aws_secret_access_key=…`, `"SecretAccessKey": "…"`), and only
@@ -30,61 +35,73 @@ pub const SECRET_PATTERNS: &[SecretPattern] = &[
         kind: "aws_secret_access_key",
         regex: r#"(?i)\b(?:aws_?)?secret_?access_?key["']?\s*[:=]\s*["']?(?P<value>[A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|\z)"#,
         prefix_len: 0,
+        literals: &[],
     },
     SecretPattern {
         kind: "github_token",
         regex: r"\bgh[pousr]_[A-Za-z0-9]{30,255}\b",
         prefix_len: 4,
+        literals: &["ghp_", "gho_", "ghu_", "ghs_", "ghr_"],
     },
     SecretPattern {
         kind: "github_pat",
         regex: r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b",
         prefix_len: 11,
+        literals: &["github_pat_"],
     },
     SecretPattern {
         kind: "slack_token",
         regex: r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
         prefix_len: 5,
+        literals: &["xox"],
     },
     SecretPattern {
         kind: "anthropic_key",
         regex: r"\bsk-ant-[A-Za-z0-9_-]{20,}",
         prefix_len: 7,
+        literals: &["sk-"],
     },
     SecretPattern {
         kind: "openai_key",
         regex: r"\bsk-(proj-)?[A-Za-z0-9_-]{20,}",
         prefix_len: 3,
+        literals: &["sk-"],
     },
     SecretPattern {
         kind: "stripe_key",
         regex: r"\b[sr]k_live_[A-Za-z0-9]{16,}",
         prefix_len: 8,
+        literals: &["k_live_"],
     },
     SecretPattern {
         kind: "google_api_key",
         regex: r"\bAIza[0-9A-Za-z_-]{35}\b",
         prefix_len: 4,
+        literals: &["AIza"],
     },
     SecretPattern {
         kind: "private_key",
         regex: r"-----BEGIN ((RSA|EC|DSA|OPENSSH|ENCRYPTED|PGP) )?PRIVATE KEY( BLOCK)?-----[\s\S]{0,8192}?(-----END[ A-Z]*-----|\z)",
         prefix_len: 0,
+        literals: &["-----BEGIN "],
     },
     SecretPattern {
         kind: "salesforce_session",
         regex: r"\b00D[0-9A-Za-z]{12,15}![0-9A-Za-z._]{40,}",
         prefix_len: 3,
+        literals: &["00D"],
     },
     SecretPattern {
         kind: "bearer_token",
         regex: r"\b[Bb]earer\s+[A-Za-z0-9._~+/!-]{40,}=*",
         prefix_len: 0,
+        literals: &["earer"],
     },
     SecretPattern {
         kind: "jwt",
         regex: r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{20,}",
         prefix_len: 3,
+        literals: &["eyJ"],
     },
 ];
 
@@ -154,10 +171,22 @@ impl Finder {
     }
 }
 
-fn compiled() -> &'static Vec<(usize, Finder)> {
-    static RE: OnceLock<Vec<(usize, Finder)>> = OnceLock::new();
+// Candidate patterns are bits of a `u32`.
+const _: () = assert!(SECRET_PATTERNS.len() <= 32);
+
+/// The patterns' finders, and one search for all their literals.
+struct Compiled {
+    finders: Vec<(usize, Finder)>,
+    literals: AhoCorasick,
+    /// The patterns (bits of [`SECRET_PATTERNS`] indices) each literal of
+    /// `literals` is one of.
+    owners: Vec<u32>,
+}
+
+fn compiled() -> &'static Compiled {
+    static RE: OnceLock<Compiled> = OnceLock::new();
     RE.get_or_init(|| {
-        SECRET_PATTERNS
+        let finders = SECRET_PATTERNS
             .iter()
             .enumerate()
             .filter_map(|(i, p)| {
@@ -171,8 +200,50 @@ fn compiled() -> &'static Vec<(usize, Finder)> {
                 };
                 Some((i, finder))
             })
-            .collect()
+            .collect();
+        let mut words: Vec<&str> = Vec::new();
+        let mut owners: Vec<u32> = Vec::new();
+        for (i, p) in SECRET_PATTERNS.iter().enumerate() {
+            for word in p.literals {
+                match words.iter().position(|w| w == word) {
+                    Some(at) => owners[at] |= 1 << i,
+                    None => {
+                        words.push(word);
+                        owners.push(1 << i);
+                    }
+                }
+            }
+        }
+        let literals = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostFirst)
+            .build(&words)
+            .expect("static literals");
+        Compiled {
+            finders,
+            literals,
+            owners,
+        }
     })
+}
+
+impl Compiled {
+    /// The patterns (bits of indices) that may match in `text`: those
+    /// without literals, and those with one of theirs in it. A literal
+    /// may begin inside another's match, so each search resumes one byte
+    /// after the last match began.
+    fn candidates(&self, text: &str) -> u32 {
+        let mut found = SECRET_PATTERNS
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.literals.is_empty())
+            .fold(0u32, |bits, (i, _)| bits | 1 << i);
+        let mut at = 0;
+        while let Some(m) = self.literals.find(Input::new(text).span(at..text.len())) {
+            found |= self.owners[m.pattern().as_usize()];
+            at = m.start() + 1;
+        }
+        found
+    }
 }
 
 /// The two halves of the private-key pattern around its key body.
@@ -198,8 +269,16 @@ fn is_placeholder(value: &str) -> bool {
 }
 
 pub fn find_secrets(text: &str) -> Vec<SecretMatch> {
+    find_with(text, compiled().candidates(text))
+}
+
+/// The credentials of the patterns in `candidates` (bits of indices).
+fn find_with(text: &str, candidates: u32) -> Vec<SecretMatch> {
     let mut out: Vec<SecretMatch> = Vec::new();
-    for (i, finder) in compiled() {
+    for (i, finder) in &compiled().finders {
+        if candidates & (1 << i) == 0 {
+            continue;
+        }
         for m in finder.matches(text) {
             if out
                 .iter()
@@ -373,6 +452,115 @@ pub fn redact_shown(
 mod tests {
     use super::*;
 
+    /// Texts with one credential of every kind, some inside others or in
+    /// odd spellings, and the corpus's outputs and definitions.
+    fn credential_texts() -> Vec<String> {
+        let mut texts: Vec<String> = [
+            "AKIAIOSFODNN7REALKEY and ASIAABCDEFGHIJKLMNOP",
+            "aws_secret_access_key = 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",
+            "\u{17f}ecret_access_key: wJalrXUtnFEMI/K7MDENG/bPxRfiCYREALKEYabc",
+            "SECRETACCESSKEY=\"wJalrXUtnFEMI/K7MDENG/bPxRfiCYREALKEYabc\"",
+            "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8 gho_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
+            "ghs_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8,ghu_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
+            "ghr_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
+            "github_pat_11ABCDEFG0abcdefghijkl_mnopqrstuvwxyz0123456789",
+            "xoxb-123456789012-abcdefghij xoxp-1234-5678-abcdefghijkl",
+            "sk-ant-api03-abcdefghijklmnopqrstuvwxyz sk-proj-abcdefghijklmnopqrstuvwx",
+            "xsk-ant-sk-abcdefghijklmnopqrstuvwxyz1234",
+            "sk_live_abcdefghijklmnop1234 rk_live_ABCDEFGHIJKLMNOP5678",
+            "AIzaSyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q",
+            "-----BEGIN RSA PRIVATE KEY-----\nMIIabc\n-----END RSA PRIVATE KEY-----",
+            "00D5e000000abcd!AQ0AQabcdefghijklmnopqrstuvwxyz0123456789ABCDEF",
+            "Authorization: Bearer abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGH==",
+            "bearer  abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGH.x",
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.abcdefghijklmnopqrstuvwxyz",
+            "eyJghp_eyJ.eyJabcdefghij.eyJabcdefghij.abcdefghijklmnopqrstuvwxyz",
+            "no credential here, only prose about a secret and a bearer of news",
+        ]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+        let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus");
+        for file in ["tool-outputs.jsonl", "tool-definitions.jsonl"] {
+            let text = std::fs::read_to_string(corpus.join(file)).expect("the corpus");
+            texts.extend(text.lines().map(str::to_string));
+        }
+        texts
+    }
+
+    /// A pattern's literals are in every one of its matches, so skipping
+    /// a pattern whose literals are absent never hides a credential.
+    #[test]
+    fn every_match_holds_one_of_its_pattern_literals() {
+        let patterns: Vec<(&SecretPattern, Regex)> = SECRET_PATTERNS
+            .iter()
+            .filter(|p| !p.literals.is_empty())
+            .map(|p| (p, Regex::new(p.regex).unwrap()))
+            .collect();
+        let mut checked = 0;
+        for text in credential_texts() {
+            for (p, re) in &patterns {
+                for m in re.find_iter(&text) {
+                    assert!(
+                        p.literals.iter().any(|l| m.as_str().contains(l)),
+                        "{}: {:?} holds none of {:?}",
+                        p.kind,
+                        m.as_str(),
+                        p.literals
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= 20, "only {checked} matches were checked");
+    }
+
+    #[test]
+    fn the_literal_search_finds_what_every_pattern_finds() {
+        let texts = credential_texts();
+        let mut found = 0;
+        for text in &texts {
+            let all = find_with(text, u32::MAX);
+            let filtered = find_secrets(text);
+            let ranges = |v: &[SecretMatch]| {
+                v.iter()
+                    .map(|m| (m.kind, m.range.clone()))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(ranges(&filtered), ranges(&all), "in {text:?}");
+            found += all.len();
+        }
+        // Every kind is found somewhere in the texts.
+        for p in SECRET_PATTERNS {
+            assert!(
+                texts
+                    .iter()
+                    .any(|t| find_secrets(t).iter().any(|m| m.kind == p.kind)),
+                "no text holds a {}",
+                p.kind
+            );
+        }
+        assert!(found >= 20, "only {found} credentials found");
+    }
+
+    /// Patterns without literals are always searched; a text without any
+    /// literal skips every other one.
+    #[test]
+    fn candidates_follow_the_literals() {
+        let always = SECRET_PATTERNS
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.literals.is_empty())
+            .fold(0u32, |bits, (i, _)| bits | 1 << i);
+        assert_eq!(compiled().candidates(&"x".repeat(1000)), always);
+        let both = compiled().candidates("a sk-ant-x b");
+        let index = |kind: &str| SECRET_PATTERNS.iter().position(|p| p.kind == kind).unwrap();
+        assert_eq!(
+            both,
+            always | 1 << index("openai_key") | 1 << index("anthropic_key")
+        );
+    }
+
     #[test]
     fn hmac_matches_rfc4231_case_2() {
         // RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?"
@@ -411,6 +599,7 @@ mod tests {
         );
         let whole = Regex::new(spec.regex).unwrap();
         let finder = compiled()
+            .finders
             .iter()
             .find(|(i, _)| SECRET_PATTERNS[*i].kind == "private_key")
             .map(|(_, f)| f)

@@ -6,6 +6,8 @@
 use gatehouse_protocol::Raw;
 use serde_json::Value;
 
+use crate::{Output, Passed, Peer};
+
 /// A client frame bound for the server.
 #[derive(Debug, PartialEq)]
 pub enum CallFrame {
@@ -38,6 +40,19 @@ pub fn may_hold_call(bytes: &[u8]) -> bool {
     memchr::memmem::find(bytes, b"tools").is_some() || memchr::memmem::find(bytes, b"\\u").is_some()
 }
 
+/// Whether an output bound for the server may hold a `tools/call`: a
+/// passed frame's messages are looked at, a line is [`may_hold_call`].
+pub fn sends_call(output: &Output) -> bool {
+    match output {
+        Output::ToServer(bytes) => may_hold_call(bytes),
+        Output::Pass {
+            to: Peer::Server,
+            frame,
+        } => frame.messages.iter().any(is_call),
+        _ => false,
+    }
+}
+
 /// Splits a frame bound for the server, read as the relay read it
 /// ([`gatehouse_protocol::json_value`]: no 128-level limit, `1e400` read).
 /// A large message's longest string moves into it rather than being
@@ -52,13 +67,47 @@ pub fn call_frame(bytes: Vec<u8>) -> (CallFrame, Raw) {
     (frame, raw)
 }
 
-/// The messages of a server frame (a batch reply's elements, or the one
-/// message; empty when it is not JSON), read as [`call_frame`] reads a
-/// client's, and its bytes for [`Raw::into_bytes`] with the one message.
-pub fn messages(bytes: Vec<u8>) -> (Vec<Value>, Raw) {
+/// A frame as the relay passes it on ([`crate::Passed`]), read from its
+/// line as [`call_frame`] reads it; the line back when it is not JSON.
+pub fn passed(bytes: Vec<u8>) -> Result<Passed, Vec<u8>> {
     let (frame, raw) = call_frame(bytes);
-    let messages = frame.into_messages().map(|(items, _)| items);
-    (messages.unwrap_or_default(), raw)
+    match frame.into_messages() {
+        Some((messages, batch)) => Ok(Passed {
+            raw,
+            messages,
+            batch,
+        }),
+        None => Err(raw.into_unsplit_bytes()),
+    }
+}
+
+/// The frame of an output bound for `to`, parsed when it is a line; `Err`
+/// gives back as it was what is not JSON or not bound for `to`.
+// The `Err` is the caller's own output handed back, moved as it came.
+#[allow(clippy::result_large_err)]
+pub fn frame_of(output: Output, to: Peer) -> Result<Passed, Output> {
+    match output {
+        Output::Pass { to: t, frame } if t == to => Ok(frame),
+        Output::ToServer(bytes) if to == Peer::Server => passed(bytes).map_err(Output::ToServer),
+        Output::ToClient(bytes) if to == Peer::Client => passed(bytes).map_err(Output::ToClient),
+        other => Err(other),
+    }
+}
+
+/// A frame bound for the server after its messages were judged
+/// (`answers[i]`: the answer of a blocked message `i`, None: it goes on),
+/// as outputs: passed on whole when nothing was blocked, else what
+/// [`judged`] makes of it.
+pub fn settle(frame: Passed, answers: Vec<Option<Value>>, out: &mut Vec<Output>) {
+    if answers.iter().all(Option::is_none) {
+        return out.push(Output::Pass {
+            to: Peer::Server,
+            frame,
+        });
+    }
+    let (forward, reply) = judged(frame.raw, frame.batch, frame.messages, answers);
+    out.extend(forward.map(Output::ToServer));
+    out.extend(reply.map(Output::ToClient));
 }
 
 /// Whether a message is a `tools/call` request (it has an id).

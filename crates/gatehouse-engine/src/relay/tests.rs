@@ -58,8 +58,14 @@ fn line(v: Value) -> gatehouse_protocol::Frame {
     parse_frame(serde_json::to_vec(&v).unwrap())
 }
 
+/// The outputs as written: passed frames as their lines.
+fn written(out: &[Output]) -> Vec<Output> {
+    out.iter().cloned().map(Output::written).collect()
+}
+
 fn to_client(out: &[Output]) -> Vec<Value> {
-    out.iter()
+    written(out)
+        .iter()
         .filter_map(|o| match o {
             Output::ToClient(b) => Some(serde_json::from_slice(b).unwrap()),
             _ => None,
@@ -68,7 +74,8 @@ fn to_client(out: &[Output]) -> Vec<Value> {
 }
 
 fn to_server(out: &[Output]) -> Vec<Value> {
-    out.iter()
+    written(out)
+        .iter()
         .filter_map(|o| match o {
             Output::ToServer(b) => Some(serde_json::from_slice(b).unwrap()),
             _ => None,
@@ -118,13 +125,13 @@ fn untouched_frames_pass_byte_for_byte() {
     let raw = br#"{"jsonrpc":"2.0", "id":7,"method":"ping" , "params":{"x":[1,2.50]}}"#.to_vec();
     let out = r.on_client_frame(parse_frame(raw.clone()), 0);
     assert_eq!(
-        out,
+        written(&out),
         vec![Output::ToServer(raw)],
         "whitespace and number forms must survive"
     );
     let raw = br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"hi"}}"#.to_vec();
     let out = r.on_server_frame(parse_frame(raw.clone()), 0);
-    assert_eq!(out, vec![Output::ToClient(raw)]);
+    assert_eq!(written(&out), vec![Output::ToClient(raw)]);
 }
 
 #[test]
@@ -307,14 +314,14 @@ fn a_parked_call_goes_on_byte_for_byte() {
         line(json!({"jsonrpc":"2.0","id":listing,"result":{"tools":[tool("echo","Echoes")]}})),
         1,
     );
-    let sent: Vec<&Vec<u8>> = out
-        .iter()
+    let sent: Vec<Vec<u8>> = self::written(&out)
+        .into_iter()
         .filter_map(|o| match o {
             Output::ToServer(bytes) => Some(bytes),
             _ => None,
         })
         .collect();
-    assert_eq!(sent, vec![&written.to_vec()], "{out:?}");
+    assert_eq!(sent, vec![written.to_vec()], "{out:?}");
 }
 
 #[test]
@@ -760,7 +767,7 @@ fn large_results_are_judged_whole_and_forwarded_exactly() {
     assert!(matches!(frame.raw, gatehouse_protocol::Raw::Split(_)));
     let out = r.on_server_frame(frame, 0);
     assert!(
-        matches!(out.as_slice(), [Output::ToClient(bytes)] if *bytes == clean.as_bytes()),
+        matches!(written(&out).as_slice(), [Output::ToClient(bytes)] if *bytes == clean.as_bytes()),
         "a clean large result goes on as it came"
     );
 
@@ -852,7 +859,7 @@ fn spotlighting_marks_allowed_results_with_a_fresh_nonce_per_call() {
     r.on_client_frame(line(call(2, "fetch")), 0);
     let raw = r#"{"jsonrpc":"2.0","id":2,"result":{"content":[{"type":"text","text":"weather: sunny"}]}}"#;
     let out = r.on_server_frame(gatehouse_protocol::parse_frame(raw.as_bytes().to_vec()), 0);
-    assert!(matches!(&out[0], Output::ToClient(b) if b == raw.as_bytes()));
+    assert!(matches!(&written(&out)[0], Output::ToClient(b) if b == raw.as_bytes()));
 }
 
 #[test]
@@ -1419,7 +1426,8 @@ fn held_echo() -> Relay<FakeInspector> {
 }
 
 fn client_bytes(out: &[Output]) -> Vec<String> {
-    out.iter()
+    written(out)
+        .iter()
         .filter_map(|o| match o {
             Output::ToClient(b) => Some(String::from_utf8_lossy(b).into_owned()),
             _ => None,
@@ -1452,7 +1460,7 @@ fn answers_gatehouse_writes_echo_the_id_as_the_client_wrote_it() {
     let raw = r#"[{"jsonrpc":"2.0","id":1e2,"method":"tools/call","params":{"name":"echo"}},{"jsonrpc":"2.0","id":2E1,"method":"ping"}]"#;
     let out = r.on_client_frame(parse_frame(raw.as_bytes().to_vec()), 2);
     assert!(client_bytes(&out)[0].starts_with(r#"[{"jsonrpc":"2.0","id":1e2,"#));
-    let forwarded = match &out[out.len() - 2] {
+    let forwarded = match &written(&out)[out.len() - 2] {
         Output::ToServer(b) => String::from_utf8_lossy(b).into_owned(),
         other => panic!("the ping goes on: {other:?}"),
     };
@@ -1558,7 +1566,7 @@ fn a_client_line_meant_as_json_that_cannot_be_read_is_answered_not_forwarded() {
     let raw = br#"{"jsonrpc":"2.0","id":15,"method":"ping","params":{"x":NaN}}"#.to_vec();
     let out = r.on_client_frame(parse_frame(raw.clone()), 3);
     assert_eq!(events(&out)[0].action, Action::Audit);
-    assert!(out.contains(&Output::ToServer(raw)));
+    assert!(written(&out).contains(&Output::ToServer(raw)));
 }
 
 #[test]
@@ -1599,7 +1607,7 @@ fn a_request_that_is_not_jsonrpc_is_answered_invalid_and_never_judged_past() {
     // A response of the client's that is not JSON-RPC is the server's to judge.
     let raw = br#"{"id":"s-1","result":{}}"#.to_vec();
     assert_eq!(
-        r.on_client_frame(parse_frame(raw.clone()), 3),
+        written(&r.on_client_frame(parse_frame(raw.clone()), 3)),
         vec![Output::ToServer(raw)]
     );
     // JSON that is no message at all, a batch inside a batch included.
