@@ -562,6 +562,11 @@ impl Engine {
 
     fn hits(&self, text: &str) -> Vec<Hit> {
         let mut hits = Vec::new();
+        // Most text matches no rule: the set's search for any match stops
+        // at the first and needs no bookkeeping per rule, so it runs first.
+        if !self.set.is_match(text) {
+            return hits;
+        }
         for idx in self.set.matches(text).iter() {
             let rule = &RULES[idx];
             let Some(re) = self.regexes[idx].get(&self.compile_nanos) else {
@@ -795,13 +800,16 @@ impl Engine {
                 .iter()
                 .any(|b| !overlaps(&a.range, &b.range) && a.rule != b.rule)
         });
-        let negated = NEGATIONS.iter().any(|n| text.contains(n))
-            || text.contains("refused")
-            || text.contains("rejected");
+        // Read only when it decides: each phrase is a pass over the text.
+        let negated = || {
+            NEGATIONS.iter().any(|n| text.contains(n))
+                || text.contains("refused")
+                || text.contains("rejected")
+        };
         let shellish = rules_seen
             .iter()
             .any(|r| r.starts_with("shell.") && *r != "shell.download_pipe");
-        if rules_seen.len() >= 2 && non_overlapping && ((def && !negated) || (!def && shellish)) {
+        if rules_seen.len() >= 2 && non_overlapping && ((def && !negated()) || (!def && shellish)) {
             let h = strong[0];
             best.push((
                 Severity::High,
@@ -1400,13 +1408,36 @@ fn invisible_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
 }
 
 fn padding_check(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
-    // ASCII text is read byte by byte, without decoding UTF-8.
+    // ASCII text is read byte by byte, without decoding UTF-8, and only
+    // when it has a run that may be reported: none is shorter than
+    // PADDING_NEWLINES blanks (ASCII has no exotic blanks).
     if cx.raw.is_ascii() {
+        if longest_ascii_blank_run(cx.raw.as_bytes()) < PADDING_NEWLINES {
+            return;
+        }
         let chars = cx.raw.bytes().enumerate().map(|(i, b)| (i, char::from(b)));
         padding_runs(cx, mods, chars)
     } else {
         padding_runs(cx, mods, cx.raw.char_indices())
     }
+}
+
+/// A run of blanks that pads text out of view: this many blanks, or
+/// newlines among them, or blanks beyond ASCII (`is_blank`).
+const PADDING_BLANKS: usize = 80;
+const PADDING_NEWLINES: usize = 20;
+const PADDING_EXOTIC: usize = 12;
+
+/// The most ASCII whitespace bytes in a row in `bytes` (one branchless
+/// pass).
+fn longest_ascii_blank_run(bytes: &[u8]) -> usize {
+    let (mut run, mut longest) = (0usize, 0usize);
+    for &b in bytes {
+        let blank = matches!(b, b' ' | b'\t'..=b'\r');
+        run = if blank { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    longest
 }
 
 fn padding_runs(
@@ -1435,7 +1466,8 @@ fn padding_runs(
                 exotic += 1;
             }
         } else if let Some(s) = run_start.take() {
-            if blanks >= 80 || newlines >= 20 || exotic >= 12 {
+            if blanks >= PADDING_BLANKS || newlines >= PADDING_NEWLINES || exotic >= PADDING_EXOTIC
+            {
                 mods.hidden = true;
                 let sev = if cx.carrier == Carrier::Output {
                     Severity::Low
@@ -1604,6 +1636,43 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pre-check skips exactly the ASCII texts whose runs the full
+    /// walk would not report: the longest run as `is_blank` counts it.
+    #[test]
+    fn the_padding_precheck_counts_blanks_as_is_blank_does() {
+        use proptest::prelude::*;
+        let alphabet = prop::sample::select(vec![
+            ' ', '\t', '\n', '\x0b', '\x0c', '\r', '\x1c', '\x1f', 'a', '.',
+        ]);
+        proptest!(|(chars in prop::collection::vec(alphabet, 0..200))| {
+            let text: String = chars.into_iter().collect();
+            let mut longest = 0;
+            let mut run = 0;
+            for c in text.chars() {
+                run = if normalize::is_blank(c) { run + 1 } else { 0 };
+                longest = longest.max(run);
+            }
+            prop_assert_eq!(longest_ascii_blank_run(text.as_bytes()), longest);
+        });
+    }
+
+    /// Newline padding is reported from PADDING_NEWLINES in a row (the
+    /// pre-check's threshold), and not below.
+    #[test]
+    fn newline_padding_is_found_from_its_threshold() {
+        let scanner = crate::Scanner::new(Default::default()).unwrap();
+        let padded = |n: usize| format!("Echoes text.{}Done.", "\n".repeat(n));
+        let found = |text: &str| {
+            scanner
+                .scan_tool(&serde_json::json!({"name": "echo", "description": text}))
+                .findings
+                .iter()
+                .any(|f| f.rule_id == "padding.whitespace_run")
+        };
+        assert!(found(&padded(PADDING_NEWLINES)));
+        assert!(!found(&padded(PADDING_NEWLINES - 1)));
+    }
 
     /// Rules are compiled on first use; each must compile within its own
     /// limits, or that rule would silently find nothing.
