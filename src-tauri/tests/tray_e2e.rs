@@ -516,9 +516,14 @@ async fn tray_app_end_to_end() {
             .spawn()
             .expect("tauri-driver on PATH (cargo install tauri-driver --locked)"),
     );
-    wait_for("tauri-driver to listen", STEP, || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
-    });
+    // tauri-driver listens at once but forwards to WebKitWebDriver, which it
+    // starts beside itself: a session asked for before that one listens
+    // gets its connection closed.
+    for (what, port) in [("tauri-driver", port), ("WebKitWebDriver", native)] {
+        wait_for(&format!("{what} to listen"), STEP, || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+        });
+    }
 
     let mut caps = serde_json::Map::new();
     caps.insert("browserName".into(), json!("wry"));
