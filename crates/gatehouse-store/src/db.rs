@@ -123,23 +123,36 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal);
 
         let pooled = base.clone().busy_timeout(options.busy_timeout);
-        let pool = SqlitePoolOptions::new()
+        let pool_options = SqlitePoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .min_connections(0)
             .acquire_timeout(options.acquire_timeout)
-            .test_before_acquire(false)
-            .connect_with(pooled.clone())
-            .await?;
+            .test_before_acquire(false);
         // The common case (schema current, WAL on) is checked on the pool's
         // own connection: no second connection, whose close would checkpoint
         // and fsync on every start.
-        let current = {
-            let mut conn = pool.acquire().await?;
-            schema_is_current(&mut conn).await?
-        };
-        if !current {
-            migrate(home_dir, &base, &options).await?;
+        let checked = async {
+            let pool = pool_options.clone().connect_with(pooled.clone()).await?;
+            let current = schema_is_current(&mut *pool.acquire().await?).await?;
+            Ok::<_, StoreError>((pool, current))
         }
+        .await;
+        let pool = match checked {
+            Ok((pool, true)) => pool,
+            Ok((pool, false)) => {
+                migrate(home_dir, &base, &options).await?;
+                pool
+            }
+            // Another process is creating or migrating the database (until
+            // it is in WAL even reading the schema waits for that): wait for
+            // it as a migration would (`migrate_timeout`), not the 50 ms of
+            // one statement.
+            Err(StoreError::Busy) => {
+                migrate(home_dir, &base, &options).await?;
+                pool_options.connect_with(pooled.clone()).await?
+            }
+            Err(err) => return Err(err),
+        };
         for suffix in ["", "-wal", "-shm"] {
             let file = sibling(&path, suffix);
             if file.exists() {
@@ -524,6 +537,40 @@ mod tests {
                 "each migration applied once"
             );
         }
+    }
+
+    /// A start beside another process's first start waits for its schema
+    /// under the migration budget, not the 50 ms of one statement: with
+    /// several servers launched at once, the others used to relay without
+    /// records.
+    #[tokio::test]
+    async fn an_open_waits_for_another_process_creating_the_database() {
+        let tmp = TempHome::new();
+        let home = tmp.home();
+        std::fs::create_dir_all(&home).unwrap();
+        let other = SqliteConnectOptions::new()
+            .filename(home.join(DB_FILE))
+            .create_if_missing(true);
+        let mut creating = other.connect().await.unwrap();
+        sqlx::query("BEGIN EXCLUSIVE")
+            .execute(&mut creating)
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE other_first (a)")
+            .execute(&mut creating)
+            .await
+            .unwrap();
+        let opening = tokio::spawn({
+            let home = home.clone();
+            async move { Store::open(&home, StoreOptions::default()).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        sqlx::query("COMMIT").execute(&mut creating).await.unwrap();
+        let store = opening
+            .await
+            .unwrap()
+            .expect("the open waits for the other process");
+        assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
     }
 
     #[test]
