@@ -574,14 +574,15 @@ impl Cross {
                 }
             }
         }
-        Output::Pass {
-            to: Peer::Client,
-            frame: Passed {
-                raw,
-                messages,
-                batch,
-            },
+        // The messages may have given their results to the late marks, so
+        // only the line goes on: nothing after this may read them.
+        let line = Passed {
+            raw,
+            messages,
+            batch,
         }
+        .into_line();
+        Output::ToClient(line)
     }
 
     /// Removes this server's tools from the session and leaves it (the

@@ -173,6 +173,11 @@ impl Finder {
 
 // Candidate patterns are bits of a `u32`.
 const _: () = assert!(SECRET_PATTERNS.len() <= 32);
+const ALL_PATTERNS: u32 = u32::MAX >> (32 - SECRET_PATTERNS.len());
+/// After this many literals found, every pattern is searched: a text
+/// packed with one literal (`xoxoxo…`) would otherwise cost a search per
+/// occurrence, more than the patterns' own search.
+const LITERAL_HITS_MAX: usize = 64;
 
 /// The patterns' finders, and one search for all their literals.
 struct Compiled {
@@ -228,9 +233,10 @@ fn compiled() -> &'static Compiled {
 
 impl Compiled {
     /// The patterns (bits of indices) that may match in `text`: those
-    /// without literals, and those with one of theirs in it. A literal
-    /// may begin inside another's match, so each search resumes one byte
-    /// after the last match began.
+    /// without literals, and those with one of theirs in it (all of them
+    /// after [`LITERAL_HITS_MAX`] literals). A literal may begin inside
+    /// another's match, so each search resumes one byte after the last
+    /// match began.
     fn candidates(&self, text: &str) -> u32 {
         let mut found = SECRET_PATTERNS
             .iter()
@@ -238,8 +244,16 @@ impl Compiled {
             .filter(|(_, p)| p.literals.is_empty())
             .fold(0u32, |bits, (i, _)| bits | 1 << i);
         let mut at = 0;
+        let mut hits = 0;
         while let Some(m) = self.literals.find(Input::new(text).span(at..text.len())) {
+            hits += 1;
+            if hits > LITERAL_HITS_MAX {
+                return ALL_PATTERNS;
+            }
             found |= self.owners[m.pattern().as_usize()];
+            if found == ALL_PATTERNS {
+                break;
+            }
             at = m.start() + 1;
         }
         found
@@ -559,6 +573,11 @@ mod tests {
             both,
             always | 1 << index("openai_key") | 1 << index("anthropic_key")
         );
+        let jwt = always | 1 << index("jwt");
+        let few = "eyJ ".repeat(LITERAL_HITS_MAX);
+        assert_eq!(compiled().candidates(&few), jwt);
+        let packed = format!("{few}eyJ");
+        assert_eq!(compiled().candidates(&packed), ALL_PATTERNS);
     }
 
     #[test]
