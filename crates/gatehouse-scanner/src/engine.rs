@@ -1089,7 +1089,25 @@ fn preceded_by(text: &str, pos: usize, window: usize, words: &[&str]) -> bool {
         Some(p) => &before[p + 1..],
         None => before,
     };
-    words.iter().any(|w| before.contains(w)) || before.ends_with("never") || before.ends_with("not")
+    holds_any(before, words) || before.ends_with("never") || before.ends_with("not")
+}
+
+/// Whether `haystack` holds one of `words`. For the few dozen bytes before
+/// a match, one walk comparing first bytes beats setting up a substring
+/// search per word (which cost most of a prose scan).
+fn holds_any(haystack: &str, words: &[&str]) -> bool {
+    let mut first_bytes = [false; 256];
+    for word in words {
+        match word.as_bytes().first() {
+            Some(&b) => first_bytes[usize::from(b)] = true,
+            None => return true,
+        }
+    }
+    let bytes = haystack.as_bytes();
+    (0..bytes.len()).any(|i| {
+        first_bytes[usize::from(bytes[i])]
+            && words.iter().any(|w| bytes[i..].starts_with(w.as_bytes()))
+    })
 }
 
 fn is_mention(text: &str, range: Range<usize>) -> bool {
@@ -1105,7 +1123,7 @@ fn is_mention(text: &str, range: Range<usize>) -> bool {
             return true;
         }
     }
-    MENTION_MARKERS.iter().any(|m| before.contains(m))
+    holds_any(before, MENTION_MARKERS)
 }
 
 #[derive(Debug, Default)]
@@ -1655,6 +1673,25 @@ mod tests {
             }
             prop_assert_eq!(longest_ascii_blank_run(text.as_bytes()), longest);
         });
+    }
+
+    /// The short-window word check agrees with `str::contains`.
+    #[test]
+    fn holds_any_is_contains_of_any_word() {
+        use proptest::prelude::*;
+        let alphabet = prop::sample::select(vec!['n', 'o', 't', ' ', 'e', 'v', 'r', '’', 'é', '.']);
+        let words = prop::collection::vec(prop::collection::vec(alphabet.clone(), 0..5), 0..4);
+        proptest!(|(hay in prop::collection::vec(alphabet, 0..40), words in words)| {
+            let hay: String = hay.into_iter().collect();
+            let words: Vec<String> = words.into_iter().map(|w| w.into_iter().collect()).collect();
+            let words: Vec<&str> = words.iter().map(String::as_str).collect();
+            prop_assert_eq!(
+                holds_any(&hay, &words),
+                words.iter().any(|w| hay.contains(w))
+            );
+        });
+        assert!(holds_any("do not ", NEGATIONS));
+        assert!(!holds_any("do note", NEGATIONS));
     }
 
     /// Newline padding is reported from PADDING_NEWLINES in a row (the

@@ -722,28 +722,43 @@ static B64_BYTES: [bool; 256] =
 /// Hex digits, by value.
 static HEX_BYTES: [bool; 256] = byte_table!(|b| b.is_ascii_hexdigit());
 
-/// The maximal runs of `bytes` whose values `table` holds, in order: one
-/// table load per byte (every output's bytes are walked like this, twice).
-fn runs<'a>(
+/// The maximal runs of at least `min` (≥ 1) bytes of `bytes` whose values
+/// `table` holds, in order: one table load per byte (every output's bytes
+/// are walked like this, twice), and nothing more for the short runs that
+/// are most of any text (words).
+fn long_runs<'a>(
     bytes: &'a [u8],
     table: &'static [bool; 256],
+    min: usize,
 ) -> impl Iterator<Item = std::ops::Range<usize>> + 'a {
+    debug_assert!(min >= 1);
     let mut at = 0;
     std::iter::from_fn(move || {
-        let start = at + bytes[at..].iter().position(|&b| table[usize::from(b)])?;
-        let len = bytes[start..]
-            .iter()
-            .position(|&b| !table[usize::from(b)])
-            .unwrap_or(bytes.len() - start);
-        at = start + len;
-        Some(start..at)
+        let mut len = 0;
+        while at < bytes.len() {
+            if !table[usize::from(bytes[at])] {
+                len = 0;
+            } else if len + 1 == min {
+                // Long enough: the rest of the run in one search.
+                let start = at + 1 - min;
+                at += bytes[at..]
+                    .iter()
+                    .position(|&b| !table[usize::from(b)])
+                    .unwrap_or(bytes.len() - at);
+                return Some(start..at);
+            } else {
+                len += 1;
+            }
+            at += 1;
+        }
+        None
     })
 }
 
 fn encoded_layers(raw: &str, out: &mut Vec<Layer>, depth: usize) {
     let bytes = raw.as_bytes();
     // base64 runs (also catches base32 alphabets, tried second)
-    for std::ops::Range { start, end: i } in runs(bytes, &B64_BYTES) {
+    for std::ops::Range { start, end: i } in long_runs(bytes, &B64_BYTES, 20) {
         if out.len() >= MAX_LAYERS {
             break;
         }
@@ -752,30 +767,28 @@ fn encoded_layers(raw: &str, out: &mut Vec<Layer>, depth: usize) {
             end += 1;
         }
         let run = &raw[start..i];
-        if run.len() >= 20 {
-            let padded_run = &raw[start..end];
-            if let Some(text) = decode_b64(run) {
-                let nested = depth == 0 && text.len() >= 8;
-                out.push(Layer {
-                    kind: LayerKind::Base64,
-                    text: text.clone(),
-                    raw_span: start..end,
-                });
-                if nested {
-                    let mut inner = Vec::new();
-                    encoded_layers(&text, &mut inner, depth + 1);
-                    for mut l in inner {
-                        l.raw_span = start..end;
-                        out.push(l);
-                    }
+        let padded_run = &raw[start..end];
+        if let Some(text) = decode_b64(run) {
+            let nested = depth == 0 && text.len() >= 8;
+            out.push(Layer {
+                kind: LayerKind::Base64,
+                text: text.clone(),
+                raw_span: start..end,
+            });
+            if nested {
+                let mut inner = Vec::new();
+                encoded_layers(&text, &mut inner, depth + 1);
+                for mut l in inner {
+                    l.raw_span = start..end;
+                    out.push(l);
                 }
-            } else if let Some(text) = decode_b32(padded_run) {
-                out.push(Layer {
-                    kind: LayerKind::Base32,
-                    text,
-                    raw_span: start..end,
-                });
             }
+        } else if let Some(text) = decode_b32(padded_run) {
+            out.push(Layer {
+                kind: LayerKind::Base32,
+                text,
+                raw_span: start..end,
+            });
         }
     }
     // percent-encoding runs: at least three escapes in one token
@@ -950,12 +963,12 @@ fn hex_layers(raw: &str, out: &mut Vec<Layer>) {
         i = i.max(start + 1);
     }
     // Bare hex strings of printable text (not digests: those decode to binary).
-    for std::ops::Range { start, end: i } in runs(bytes, &HEX_BYTES) {
+    for std::ops::Range { start, end: i } in long_runs(bytes, &HEX_BYTES, 24) {
         if out.len() >= MAX_LAYERS {
             break;
         }
         let run = &bytes[start..i];
-        if run.len() >= 24 && run.len().is_multiple_of(2) {
+        if run.len().is_multiple_of(2) {
             let decoded: Vec<u8> = run
                 .chunks(2)
                 .filter_map(|p| Some(hexval(p[0])? << 4 | hexval(p[1])?))
@@ -1022,11 +1035,12 @@ mod tests {
             prop_assert_eq!(decode_b64(&run), decode_b64_both(&run));
         }
 
-        /// `runs` finds exactly the maximal runs a byte-by-byte walk finds.
+        /// `long_runs` finds exactly the maximal runs of `min` bytes or more
+        /// that a byte-by-byte walk finds.
         #[test]
-        fn runs_are_the_maximal_runs(bytes in proptest::collection::vec(
+        fn long_runs_are_the_long_maximal_runs(bytes in proptest::collection::vec(
             prop_oneof![Just(b'a'), Just(b'x'), Just(b'='), Just(b' '), any::<u8>()], 0..60,
-        )) {
+        ), min in 1usize..6) {
             for (table, member) in [
                 (&B64_BYTES, (|b: u8| b.is_ascii_alphanumeric() || b"+/-_".contains(&b)) as fn(u8) -> bool),
                 (&HEX_BYTES, |b: u8| b.is_ascii_hexdigit()),
@@ -1039,12 +1053,14 @@ mod tests {
                         i += 1;
                     }
                     if start < i {
-                        walked.push(start..i);
+                        if i - start >= min {
+                            walked.push(start..i);
+                        }
                     } else {
                         i += 1;
                     }
                 }
-                prop_assert_eq!(runs(&bytes, table).collect::<Vec<_>>(), walked);
+                prop_assert_eq!(long_runs(&bytes, table, min).collect::<Vec<_>>(), walked);
             }
         }
 
