@@ -35,7 +35,13 @@ pub const SECRET_PATTERNS: &[SecretPattern] = &[
         kind: "aws_secret_access_key",
         regex: r#"(?i)\b(?:aws_?)?secret_?access_?key["']?\s*[:=]\s*["']?(?P<value>[A-Za-z0-9/+]{40})(?:[^A-Za-z0-9/+=]|\z)"#,
         prefix_len: 0,
-        literals: &[],
+        // `(?i)` folds `s` and `k` to `ſ` and the Kelvin sign, but `c`, `r`,
+        // `e` and `t` only within ASCII: every match holds `cret` in one of
+        // its 16 ASCII spellings.
+        literals: &[
+            "cret", "creT", "crEt", "crET", "cRet", "cReT", "cREt", "cRET", //
+            "Cret", "CreT", "CrEt", "CrET", "CRet", "CReT", "CREt", "CRET",
+        ],
     },
     SecretPattern {
         kind: "github_token",
@@ -474,6 +480,7 @@ mod tests {
             "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYREALKEYabc",
             "\u{17f}ecret_access_key: wJalrXUtnFEMI/K7MDENG/bPxRfiCYREALKEYabc",
             "SECRETACCESSKEY=\"wJalrXUtnFEMI/K7MDENG/bPxRfiCYREALKEYabc\"",
+            "SeCrEt_AcCe\u{17f}s_\u{212a}ey: wJalrXUtnFEMI/K7MDENG/bPxRfiCYREALKEYabc",
             "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8 gho_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
             "ghs_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8,ghu_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
             "ghr_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8",
@@ -527,6 +534,40 @@ mod tests {
             }
         }
         assert!(checked >= 20, "only {checked} matches were checked");
+    }
+
+    /// The AWS secret-key pattern's literals: `cret` in every ASCII
+    /// spelling, and no other character that `(?i)` folds to its letters.
+    #[test]
+    fn the_caseless_label_literal_is_spelled_every_way() {
+        let aws = SECRET_PATTERNS
+            .iter()
+            .find(|p| p.kind == "aws_secret_access_key")
+            .unwrap();
+        let mut spellings: Vec<String> = vec![String::new()];
+        for c in "cret".chars() {
+            spellings = spellings
+                .iter()
+                .flat_map(|s| [format!("{s}{c}"), format!("{s}{}", c.to_ascii_uppercase())])
+                .collect();
+        }
+        let mut listed: Vec<&str> = aws.literals.to_vec();
+        listed.sort_unstable();
+        spellings.sort_unstable();
+        assert_eq!(listed, spellings);
+        let hir = regex_syntax::parse("(?i)[cret]").unwrap();
+        let regex_syntax::hir::HirKind::Class(regex_syntax::hir::Class::Unicode(class)) =
+            hir.kind()
+        else {
+            panic!("a Unicode class: {hir:?}");
+        };
+        let folded: String = class.iter().flat_map(|r| r.start()..=r.end()).collect();
+        assert_eq!(folded, "CERTcert");
+        let folded_label =
+            "SeCrEt_AcCe\u{17f}s_\u{212a}ey: wJalrXUtnFEMI/K7MDENG/bPxRfiCYREALKEYabc";
+        assert!(find_secrets(folded_label)
+            .iter()
+            .any(|m| m.kind == "aws_secret_access_key"));
     }
 
     #[test]
