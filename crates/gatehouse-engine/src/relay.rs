@@ -151,37 +151,24 @@ impl Parked {
     }
 }
 
-/// Which peer sent a frame.
-#[derive(Clone, Copy)]
-enum Side {
-    Client,
-    Server,
-}
-
-impl Side {
+/// Where a frame's outputs go, by the peer that sent it.
+impl Peer {
     /// Passing a frame on goes to the other peer.
     fn forward(self, line: Vec<u8>) -> Output {
-        match self {
-            Side::Client => Output::ToServer(line),
-            Side::Server => Output::ToClient(line),
-        }
+        Output::line(self.other(), line)
     }
 
     /// Passing a frame on as it came.
     fn pass(self, frame: Passed) -> Output {
-        let to = match self {
-            Side::Client => Peer::Server,
-            Side::Server => Peer::Client,
-        };
-        Output::Pass { to, frame }
+        Output::Pass {
+            to: self.other(),
+            frame,
+        }
     }
 
     /// Answering a frame goes back to its sender.
     fn answer(self, line: Vec<u8>) -> Output {
-        match self {
-            Side::Client => Output::ToClient(line),
-            Side::Server => Output::ToServer(line),
-        }
+        Output::line(self, line)
     }
 }
 
@@ -355,7 +342,7 @@ impl<I: Inspector> Relay<I> {
     /// tool list (only client requests are ever parked).
     fn relay_messages(
         &mut self,
-        from: Side,
+        from: Peer,
         raw: Raw,
         batch: bool,
         items: Vec<Message>,
@@ -370,8 +357,8 @@ impl<I: Inspector> Relay<I> {
         let mut raw = Some(raw);
         for msg in items {
             let verdict = match from {
-                Side::Client => self.client_message(&msg, now_ms, out),
-                Side::Server => self.server_message(&msg, now_ms, out),
+                Peer::Client => self.client_message(&msg, now_ms, out),
+                Peer::Server => self.server_message(&msg, now_ms, out),
             };
             match verdict {
                 Verdict::Forward => forward.push((msg, None)),
@@ -433,10 +420,10 @@ impl<I: Inspector> Relay<I> {
         let Frame { raw, body } = frame;
         match body {
             FrameBody::Single(msg) => {
-                self.relay_messages(Side::Client, raw, false, vec![msg], now_ms, &mut out)
+                self.relay_messages(Peer::Client, raw, false, vec![msg], now_ms, &mut out)
             }
             FrameBody::Batch(items) => {
-                self.relay_messages(Side::Client, raw, true, items, now_ms, &mut out)
+                self.relay_messages(Peer::Client, raw, true, items, now_ms, &mut out)
             }
             // A line that is not even meant as JSON passes through: the
             // server is the one that has to reject it.
@@ -855,10 +842,10 @@ impl<I: Inspector> Relay<I> {
         let Frame { raw, body } = frame;
         match body {
             FrameBody::Single(msg) => {
-                self.relay_messages(Side::Server, raw, false, vec![msg], now_ms, &mut out)
+                self.relay_messages(Peer::Server, raw, false, vec![msg], now_ms, &mut out)
             }
             FrameBody::Batch(items) => {
-                self.relay_messages(Side::Server, raw, true, items, now_ms, &mut out)
+                self.relay_messages(Peer::Server, raw, true, items, now_ms, &mut out)
             }
             FrameBody::Empty => {}
             FrameBody::Unparseable(why) => {
@@ -944,7 +931,7 @@ impl<I: Inspector> Relay<I> {
         let message = format!("Gatehouse dropped the server's response: {why}");
         let line = Raw::Whole(error_line(&id, -32603, &message, None));
         let msg = Message::from_value(error_value(&id, -32603, &message));
-        self.relay_messages(Side::Server, line, false, vec![msg], now_ms, out);
+        self.relay_messages(Peer::Server, line, false, vec![msg], now_ms, out);
     }
 
     fn server_message(&mut self, msg: &Message, now_ms: u64, out: &mut Vec<Output>) -> Verdict {
@@ -1088,7 +1075,7 @@ impl<I: Inspector> Relay<I> {
                 Parked::Call(msg, line) => {
                     let raw =
                         line.unwrap_or_else(|| Raw::Whole(message_line(&msg.value, msg.id())));
-                    self.relay_messages(Side::Client, raw, false, vec![msg], now_ms, out);
+                    self.relay_messages(Peer::Client, raw, false, vec![msg], now_ms, out);
                 }
                 Parked::Frame(frame) => out.extend(self.on_client_frame(frame, now_ms)),
             }

@@ -171,17 +171,18 @@ pub enum Output {
 }
 
 impl Output {
+    /// A line to write to `to`.
+    pub fn line(to: Peer, line: Vec<u8>) -> Output {
+        match to {
+            Peer::Client => Output::ToClient(line),
+            Peer::Server => Output::ToServer(line),
+        }
+    }
+
     /// A passed frame as the line it is written as; anything else as it is.
     pub fn written(self) -> Output {
         match self {
-            Output::Pass {
-                to: Peer::Server,
-                frame,
-            } => Output::ToServer(frame.into_line()),
-            Output::Pass {
-                to: Peer::Client,
-                frame,
-            } => Output::ToClient(frame.into_line()),
+            Output::Pass { to, frame } => Output::line(to, frame.into_line()),
             other => other,
         }
     }
@@ -192,6 +193,16 @@ impl Output {
 pub enum Peer {
     Client,
     Server,
+}
+
+impl Peer {
+    /// The other end.
+    pub fn other(self) -> Peer {
+        match self {
+            Peer::Client => Peer::Server,
+            Peer::Server => Peer::Client,
+        }
+    }
 }
 
 /// A frame read as the relay reads it (`gatehouse_protocol::parse_frame`):
