@@ -192,6 +192,8 @@ struct Compiled {
     /// The patterns (bits of [`SECRET_PATTERNS`] indices) each literal of
     /// `literals` is one of.
     owners: Vec<u32>,
+    /// The patterns without literals: always searched.
+    unlisted: u32,
 }
 
 fn compiled() -> &'static Compiled {
@@ -229,10 +231,16 @@ fn compiled() -> &'static Compiled {
             .match_kind(MatchKind::LeftmostFirst)
             .build(&words)
             .expect("static literals");
+        let unlisted = SECRET_PATTERNS
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.literals.is_empty())
+            .fold(0u32, |bits, (i, _)| bits | 1 << i);
         Compiled {
             finders,
             literals,
             owners,
+            unlisted,
         }
     })
 }
@@ -244,11 +252,7 @@ impl Compiled {
     /// another's match, so each search resumes one byte after the last
     /// match began.
     fn candidates(&self, text: &str) -> u32 {
-        let mut found = SECRET_PATTERNS
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.literals.is_empty())
-            .fold(0u32, |bits, (i, _)| bits | 1 << i);
+        let mut found = self.unlisted;
         let mut at = 0;
         let mut hits = 0;
         while let Some(m) = self.literals.find(Input::new(text).span(at..text.len())) {
