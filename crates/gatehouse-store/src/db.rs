@@ -547,19 +547,9 @@ mod tests {
     async fn an_open_waits_for_another_process_creating_the_database() {
         let tmp = TempHome::new();
         let home = tmp.home();
-        std::fs::create_dir_all(&home).unwrap();
-        let other = SqliteConnectOptions::new()
-            .filename(home.join(DB_FILE))
-            .create_if_missing(true);
-        let mut creating = other.connect().await.unwrap();
-        sqlx::query("BEGIN EXCLUSIVE")
-            .execute(&mut creating)
-            .await
-            .unwrap();
-        sqlx::query("CREATE TABLE other_first (a)")
-            .execute(&mut creating)
-            .await
-            .unwrap();
+        let mut creating = tmp
+            .other_process("BEGIN EXCLUSIVE; CREATE TABLE other_first (a)")
+            .await;
         let opening = tokio::spawn({
             let home = home.clone();
             async move { Store::open(&home, StoreOptions::default()).await }
@@ -678,15 +668,7 @@ mod tests {
     async fn busy_past_budget_is_a_typed_error() {
         let tmp = TempHome::new();
         let store = tmp.open().await; // 50 ms budget
-        let mut holder = SqliteConnectOptions::new()
-            .filename(tmp.home().join(DB_FILE))
-            .connect()
-            .await
-            .unwrap();
-        sqlx::query("BEGIN IMMEDIATE")
-            .execute(&mut holder)
-            .await
-            .unwrap();
+        let mut holder = tmp.other_process("BEGIN IMMEDIATE").await;
         let err = store
             .insert_event(&event(1))
             .await

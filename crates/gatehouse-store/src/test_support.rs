@@ -42,6 +42,24 @@ impl TempHome {
             .await
             .expect("file store opens and migrates")
     }
+
+    /// A connection of another process to this home's database (created
+    /// when missing) that has run `sql`: a lock it now holds, say.
+    pub async fn other_process(&self, sql: &'static str) -> sqlx::SqliteConnection {
+        use sqlx::ConnectOptions;
+        std::fs::create_dir_all(self.home()).expect("home");
+        let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(self.home().join(crate::db::DB_FILE))
+            .create_if_missing(true)
+            .connect()
+            .await
+            .expect("a second connection");
+        sqlx::raw_sql(sql)
+            .execute(&mut conn)
+            .await
+            .expect("the other process's statements");
+        conn
+    }
 }
 
 /// Options with a generous busy wait, for tests that contend on purpose.
