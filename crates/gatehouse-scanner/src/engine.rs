@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
+use regex::{Regex, RegexBuilder};
 use regex_syntax::hir::{Class, Hir, HirKind, Repetition};
 
 use crate::normalize::{self, is_blank, is_invisible, LayerKind};
+use crate::picker::RulePicker;
 use crate::rules::{Kind, MENTION_MARKERS, NEGATIONS, RULES};
 use crate::secrets;
 use crate::{Carrier, Family, Finding, Report, Scanner, ScannerError, Severity, Str};
@@ -27,7 +28,7 @@ const MAX_HITS_PER_RULE: usize = 64;
 const CONTEXT_CHARS: usize = 50;
 
 pub struct Engine {
-    set: RegexSet,
+    set: RulePicker,
     /// Each rule's own regex (for match positions), compiled the first time
     /// the set says the rule matched: most rules never match a given
     /// server's traffic, and compiled automata are most of a wrap
@@ -342,11 +343,8 @@ impl Engine {
             .iter()
             .map(|r| set_prefix(r.id, &translate(r.pattern, Bounds::LooseForSet)))
             .collect::<Result<Vec<_>, _>>()?;
-        let set = RegexSetBuilder::new(set_pats)
-            .size_limit(1 << 26)
-            .dfa_size_limit(SET_DFA_CACHE)
-            .build()
-            .map_err(|e| ScannerError::BuiltinRule {
+        let set =
+            RulePicker::new(&set_pats, SET_DFA_CACHE).map_err(|e| ScannerError::BuiltinRule {
                 id: "set",
                 reason: e.to_string(),
             })?;
@@ -564,10 +562,10 @@ impl Engine {
         let mut hits = Vec::new();
         // Most text matches no rule: the set's search for any match stops
         // at the first and needs no bookkeeping per rule, so it runs first.
-        if !self.set.is_match(text) {
+        if !self.set.any(text) {
             return hits;
         }
-        for idx in self.set.matches(text).iter() {
+        for idx in self.set.which(text).iter().map(|id| id.as_usize()) {
             let rule = &RULES[idx];
             let Some(re) = self.regexes[idx].get(&self.compile_nanos) else {
                 continue;
@@ -1769,7 +1767,7 @@ mod tests {
     fn the_set_picks_every_rule_whose_own_regex_matches() {
         let engine = Engine::new().expect("the rule set compiles");
         let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/corpus");
-        let exact = RegexSetBuilder::new(engine.regexes.iter().map(|r| &r.pattern))
+        let exact = regex::RegexSetBuilder::new(engine.regexes.iter().map(|r| &r.pattern))
             .size_limit(1 << 26)
             .dfa_size_limit(1 << 26)
             .build()
@@ -1779,11 +1777,17 @@ mod tests {
             let text = std::fs::read_to_string(corpus.join(file)).expect("the shared corpus");
             for line in text.lines() {
                 let view = normalize::normalize(line);
-                let picked = engine.set.matches(&view.text);
+                let picked = engine.set.which(&view.text);
+                assert_eq!(
+                    picked,
+                    engine.set.which_by_pikevm(&view.text),
+                    "the lazy DFA and the PikeVM differ on {line}"
+                );
                 for idx in exact.matches(&view.text).iter() {
                     matched += 1;
                     let id = engine.regexes[idx].id;
-                    assert!(picked.matched(idx), "the set missed {id} on {line}");
+                    let rule = regex_automata::PatternID::must(idx);
+                    assert!(picked.contains(rule), "the set missed {id} on {line}");
                 }
             }
         }

@@ -16,6 +16,7 @@
 
 mod engine;
 pub mod normalize;
+mod picker;
 mod rules;
 mod secrets;
 mod spotlight;
