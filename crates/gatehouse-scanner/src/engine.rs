@@ -37,7 +37,9 @@ pub struct Engine {
     /// Nanoseconds spent compiling rule regexes on first use (a scan's
     /// budget is for scanning; compiling used to happen before any scan).
     compile_nanos: AtomicU64,
-    arg_rules: Vec<(&'static str, Family, Severity, Regex)>,
+    /// [`ARG_RULES`], compiled on first use (`None` if one does not
+    /// compile, which `every_argument_rule_compiles` rules out).
+    arg_rules: OnceLock<Option<Vec<ArgRule>>>,
 }
 
 /// How a rule's bounded repetitions are compiled.
@@ -220,6 +222,58 @@ fn is_gap(hir: &Hir) -> bool {
     long && spans_words
 }
 
+/// The argument rules (`Carrier::Argument`): a client's call arguments,
+/// which `gatehouse wrap` does not scan, so they are compiled on first use.
+const ARG_RULES: [(&str, Family, Severity, &str); 5] = [
+    (
+        "argument.shell_metachar",
+        Family::ArgumentInjection,
+        Severity::Critical,
+        r"(?i)([;&|`]|\$\()\s*(curl|wget|nc|ncat|bash|sh|zsh|rm|cat|python\d?|perl|ruby|node|chmod|powershell|iex|base64)\b",
+    ),
+    (
+        "argument.cli_flag",
+        Family::ArgumentInjection,
+        Severity::High,
+        r"^[\w.@/:-]+\s+--?[a-zA-Z][\w-]*(=\S*)?(\s|$)",
+    ),
+    (
+        "argument.query_control",
+        Family::ArgumentInjection,
+        Severity::High,
+        r"(?i)\|\s*(project|take|where|extend|summarize|union|limit|join|evaluate|invoke)\b|;\s*(drop|delete|insert|update|select|truncate)\b|'\s*or\s+'?1'?\s*=\s*'?1|\bunion\s+(all\s+)?select\b",
+    ),
+    (
+        "argument.credential_path",
+        Family::CredentialTheft,
+        Severity::Medium,
+        r"(?i)(^|/|~)\.ssh/|\bid_(rsa|ed25519|ecdsa|dsa)\b|\.aws/credentials|\.kube/config|\.docker/config\.json|(^|/)\.env(\.\w+)?$|/etc/shadow|\.npmrc|\.netrc|\.git-credentials|/proc/self/environ",
+    ),
+    (
+        "argument.traversal",
+        Family::PathTraversal,
+        Severity::Medium,
+        r"(\.\./){2,}|(\.\.\\){2,}|%2e%2e",
+    ),
+];
+
+/// A compiled argument rule: id, family, severity, regex.
+type ArgRule = (&'static str, Family, Severity, Regex);
+
+fn compile_arg_rules() -> Result<Vec<ArgRule>, ScannerError> {
+    ARG_RULES
+        .into_iter()
+        .map(|(id, f, s, p)| {
+            Regex::new(p)
+                .map(|r| (id, f, s, r))
+                .map_err(|e| ScannerError::BuiltinRule {
+                    id,
+                    reason: e.to_string(),
+                })
+        })
+        .collect()
+}
+
 /// One rule's regex, compiled on first use.
 struct RuleRegex {
     id: &'static str,
@@ -348,49 +402,6 @@ impl Engine {
                 id: "set",
                 reason: e.to_string(),
             })?;
-        let arg_rules = [
-            (
-                "argument.shell_metachar",
-                Family::ArgumentInjection,
-                Severity::Critical,
-                r"(?i)([;&|`]|\$\()\s*(curl|wget|nc|ncat|bash|sh|zsh|rm|cat|python\d?|perl|ruby|node|chmod|powershell|iex|base64)\b",
-            ),
-            (
-                "argument.cli_flag",
-                Family::ArgumentInjection,
-                Severity::High,
-                r"^[\w.@/:-]+\s+--?[a-zA-Z][\w-]*(=\S*)?(\s|$)",
-            ),
-            (
-                "argument.query_control",
-                Family::ArgumentInjection,
-                Severity::High,
-                r"(?i)\|\s*(project|take|where|extend|summarize|union|limit|join|evaluate|invoke)\b|;\s*(drop|delete|insert|update|select|truncate)\b|'\s*or\s+'?1'?\s*=\s*'?1|\bunion\s+(all\s+)?select\b",
-            ),
-            (
-                "argument.credential_path",
-                Family::CredentialTheft,
-                Severity::Medium,
-                r"(?i)(^|/|~)\.ssh/|\bid_(rsa|ed25519|ecdsa|dsa)\b|\.aws/credentials|\.kube/config|\.docker/config\.json|(^|/)\.env(\.\w+)?$|/etc/shadow|\.npmrc|\.netrc|\.git-credentials|/proc/self/environ",
-            ),
-            (
-                "argument.traversal",
-                Family::PathTraversal,
-                Severity::Medium,
-                r"(\.\./){2,}|(\.\.\\){2,}|%2e%2e",
-            ),
-        ];
-        let arg_rules = arg_rules
-            .into_iter()
-            .map(|(id, f, s, p)| {
-                Regex::new(p)
-                    .map(|r| (id, f, s, r))
-                    .map_err(|e| ScannerError::BuiltinRule {
-                        id,
-                        reason: e.to_string(),
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
         let regexes = RULES
             .iter()
             .map(|rule| RuleRegex {
@@ -403,7 +414,7 @@ impl Engine {
             set,
             regexes,
             compile_nanos: AtomicU64::new(0),
-            arg_rules,
+            arg_rules: OnceLock::new(),
         })
     }
 
@@ -539,7 +550,8 @@ impl Engine {
         ]
         .iter()
         .any(|k| key.contains(k));
-        for (id, family, severity, re) in &self.arg_rules {
+        let arg_rules = self.arg_rules.get_or_init(|| compile_arg_rules().ok());
+        for (id, family, severity, re) in arg_rules.iter().flatten() {
             if let Some(m) = re.find(cx.raw) {
                 let mut sev = *severity;
                 if commandish
@@ -1711,6 +1723,14 @@ mod tests {
 
     /// Rules are compiled on first use; each must compile within its own
     /// limits, or that rule would silently find nothing.
+    #[test]
+    fn every_argument_rule_compiles() {
+        assert_eq!(
+            compile_arg_rules().expect("they compile").len(),
+            ARG_RULES.len()
+        );
+    }
+
     #[test]
     fn every_rule_compiles_on_its_own() {
         let engine = Engine::new().expect("the rule set compiles");

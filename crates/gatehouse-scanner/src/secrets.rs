@@ -187,7 +187,10 @@ const LITERAL_HITS_MAX: usize = 64;
 
 /// The patterns' finders, and one search for all their literals.
 struct Compiled {
-    finders: Vec<(usize, Finder)>,
+    /// Each pattern's finder (by index), compiled the first time the
+    /// literal search picks the pattern: most text holds no credential
+    /// literal, and compiled patterns are memory every wrap would keep.
+    finders: Vec<OnceLock<Option<Finder>>>,
     literals: AhoCorasick,
     /// The patterns (bits of [`SECRET_PATTERNS`] indices) each literal of
     /// `literals` is one of.
@@ -199,21 +202,7 @@ struct Compiled {
 fn compiled() -> &'static Compiled {
     static RE: OnceLock<Compiled> = OnceLock::new();
     RE.get_or_init(|| {
-        let finders = SECRET_PATTERNS
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| {
-                let finder = if p.kind == "private_key" {
-                    Finder::PrivateKey {
-                        header: Regex::new(PRIVATE_KEY_HEADER).ok()?,
-                        end: Regex::new(PRIVATE_KEY_END).ok()?,
-                    }
-                } else {
-                    Finder::Regex(Regex::new(p.regex).ok()?)
-                };
-                Some((i, finder))
-            })
-            .collect();
+        let finders = SECRET_PATTERNS.iter().map(|_| OnceLock::new()).collect();
         let mut words: Vec<&str> = Vec::new();
         let mut owners: Vec<u32> = Vec::new();
         for (i, p) in SECRET_PATTERNS.iter().enumerate() {
@@ -246,6 +235,24 @@ fn compiled() -> &'static Compiled {
 }
 
 impl Compiled {
+    /// Pattern `i`'s finder; `None` only if it does not compile, which
+    /// `every_pattern_compiles` rules out.
+    fn finder(&self, i: usize) -> Option<&Finder> {
+        self.finders[i]
+            .get_or_init(|| {
+                let p = &SECRET_PATTERNS[i];
+                Some(if p.kind == "private_key" {
+                    Finder::PrivateKey {
+                        header: Regex::new(PRIVATE_KEY_HEADER).ok()?,
+                        end: Regex::new(PRIVATE_KEY_END).ok()?,
+                    }
+                } else {
+                    Finder::Regex(Regex::new(p.regex).ok()?)
+                })
+            })
+            .as_ref()
+    }
+
     /// The patterns (bits of indices) that may match in `text`: those
     /// without literals, and those with one of theirs in it (all of them
     /// after [`LITERAL_HITS_MAX`] literals). A literal may begin inside
@@ -299,10 +306,14 @@ pub fn find_secrets(text: &str) -> Vec<SecretMatch> {
 /// The credentials of the patterns in `candidates` (bits of indices).
 fn find_with(text: &str, candidates: u32) -> Vec<SecretMatch> {
     let mut out: Vec<SecretMatch> = Vec::new();
-    for (i, finder) in &compiled().finders {
+    let compiled = compiled();
+    for (i, pattern) in SECRET_PATTERNS.iter().enumerate() {
         if candidates & (1 << i) == 0 {
             continue;
         }
+        let Some(finder) = compiled.finder(i) else {
+            continue;
+        };
         for m in finder.matches(text) {
             if out
                 .iter()
@@ -311,7 +322,7 @@ fn find_with(text: &str, candidates: u32) -> Vec<SecretMatch> {
                 continue;
             }
             out.push(SecretMatch {
-                kind: SECRET_PATTERNS[*i].kind,
+                kind: pattern.kind,
                 placeholder: is_placeholder(&text[m.clone()]),
                 range: m,
             });
@@ -513,6 +524,17 @@ mod tests {
         texts
     }
 
+    #[test]
+    fn every_pattern_compiles() {
+        for (i, p) in SECRET_PATTERNS.iter().enumerate() {
+            assert!(
+                compiled().finder(i).is_some(),
+                "{} does not compile",
+                p.kind
+            );
+        }
+    }
+
     /// A pattern's literals are in every one of its matches, so skipping
     /// a pattern whose literals are absent never hides a credential.
     #[test]
@@ -662,12 +684,11 @@ mod tests {
             "the halves must stay in step with the documented pattern"
         );
         let whole = Regex::new(spec.regex).unwrap();
-        let finder = compiled()
-            .finders
+        let key = SECRET_PATTERNS
             .iter()
-            .find(|(i, _)| SECRET_PATTERNS[*i].kind == "private_key")
-            .map(|(_, f)| f)
+            .position(|p| p.kind == "private_key")
             .unwrap();
+        let finder = compiled().finder(key).unwrap();
         let body = |n: usize, c: &str| c.repeat(n);
         let cases = vec![
             "-----BEGIN PRIVATE KEY-----abc-----END PRIVATE KEY----- tail".to_string(),
