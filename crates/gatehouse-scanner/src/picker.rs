@@ -17,6 +17,7 @@ use regex_automata::nfa::thompson::pikevm::{Cache as PikeCache, PikeVM};
 use regex_automata::nfa::thompson::{self, WhichCaptures, NFA};
 use regex_automata::util::pool::Pool;
 use regex_automata::{Input, MatchKind, PatternSet};
+use regex_syntax::hir::Hir;
 
 type MakeCache<C> = Box<dyn Fn() -> C + Send + Sync + UnwindSafe + RefUnwindSafe>;
 
@@ -35,9 +36,11 @@ pub struct RulePicker {
 pub type BuildError = Box<dyn std::error::Error + Send + Sync>;
 
 impl RulePicker {
-    /// `patterns[i]` stands for rule `i`. `cache_capacity` bounds the lazy
-    /// DFA's cache (cleared and refilled when full).
-    pub fn new(patterns: &[String], cache_capacity: usize) -> Result<RulePicker, BuildError> {
+    /// `patterns[i]` stands for rule `i` (parsed already: the set is built
+    /// from the cut syntax trees, not parsed a second time).
+    /// `cache_capacity` bounds the lazy DFA's cache (cleared and refilled
+    /// when full).
+    pub fn new(patterns: &[Hir], cache_capacity: usize) -> Result<RulePicker, BuildError> {
         let nfa = thompson::Compiler::new()
             .configure(
                 NFA::config()
@@ -45,7 +48,7 @@ impl RulePicker {
                     .nfa_size_limit(Some(1 << 26))
                     .shrink(false),
             )
-            .build_many(patterns)?;
+            .build_many_from_hir(patterns)?;
         // As the regex crate configures its own lazy DFA, the give-up rule
         // included: after three clears, fewer than ten bytes per state.
         let dfa = DFA::builder()
@@ -118,7 +121,7 @@ mod tests {
     /// answer comes from the PikeVM.
     #[test]
     fn a_lazy_dfa_that_gives_up_is_answered_by_the_pikevm() {
-        let patterns = ["[01]*1[01]{12}2".to_string(), "xyz".to_string()];
+        let patterns = ["[01]*1[01]{12}2", "xyz"].map(|p| regex_syntax::parse(p).unwrap());
         let picker = (1..)
             .map(|kib| RulePicker::new(&patterns, kib << 10))
             .find_map(Result::ok)
