@@ -29,7 +29,6 @@ pub struct RulePicker {
     /// only then.
     pikevm: PikeVM,
     pike_caches: Pool<PikeCache, MakeCache<PikeCache>>,
-    rules: usize,
 }
 
 /// Why the set did not compile.
@@ -70,7 +69,6 @@ impl RulePicker {
             dfa_caches: Pool::new(Box::new(move || for_dfa.create_cache())),
             pikevm,
             pike_caches: Pool::new(Box::new(move || for_pikevm.create_cache())),
-            rules: patterns.len(),
         })
     }
 
@@ -85,28 +83,28 @@ impl RulePicker {
 
     /// Every rule that may match.
     pub fn which(&self, text: &str) -> PatternSet {
-        let mut picked = PatternSet::new(self.rules);
         let input = Input::new(text);
-        let tried =
-            self.dfa
-                .try_which_overlapping_matches(&mut self.dfa_caches.get(), &input, &mut picked);
-        if tried.is_err() {
-            picked.clear();
-            self.pikevm
-                .which_overlapping_matches(&mut self.pike_caches.get(), &input, &mut picked);
+        let mut picked = PatternSet::new(self.dfa.pattern_len());
+        match self.dfa.try_which_overlapping_matches(
+            &mut self.dfa_caches.get(),
+            &input,
+            &mut picked,
+        ) {
+            Ok(()) => picked,
+            Err(_) => self.pikevm_picks(&input),
         }
-        picked
     }
 
-    /// The same questions through the PikeVM alone (tests of the fallback).
+    /// The same answer from the PikeVM alone (tests of the fallback).
     #[cfg(test)]
     pub fn which_by_pikevm(&self, text: &str) -> PatternSet {
-        let mut picked = PatternSet::new(self.rules);
-        self.pikevm.which_overlapping_matches(
-            &mut self.pike_caches.get(),
-            &Input::new(text),
-            &mut picked,
-        );
+        self.pikevm_picks(&Input::new(text))
+    }
+
+    fn pikevm_picks(&self, input: &Input<'_>) -> PatternSet {
+        let mut picked = PatternSet::new(self.pikevm.pattern_len());
+        self.pikevm
+            .which_overlapping_matches(&mut self.pike_caches.get(), input, &mut picked);
         picked
     }
 }
