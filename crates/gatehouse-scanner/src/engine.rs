@@ -1781,8 +1781,8 @@ mod tests {
         assert!(!found(&padded(PADDING_NEWLINES - 1)));
     }
 
-    /// Rules are compiled on first use; each must compile within its own
-    /// limits, or that rule would silently find nothing.
+    /// The argument rules are compiled on first use; each must compile, or
+    /// the scan would silently skip them all.
     #[test]
     fn every_argument_rule_compiles() {
         assert_eq!(
@@ -1791,6 +1791,8 @@ mod tests {
         );
     }
 
+    /// Rules are compiled on first use; each must compile within its own
+    /// limits, or that rule would silently find nothing.
     #[test]
     fn every_rule_compiles_on_its_own() {
         let engine = Engine::new().expect("the rule set compiles");
