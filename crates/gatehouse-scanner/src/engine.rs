@@ -1450,7 +1450,7 @@ fn padding_check(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
     // when it has a run that may be reported: none is shorter than
     // PADDING_NEWLINES blanks (ASCII has no exotic blanks).
     if cx.raw.is_ascii() {
-        if longest_ascii_blank_run(cx.raw.as_bytes()) < PADDING_NEWLINES {
+        if !has_ascii_blank_run(cx.raw.as_bytes(), PADDING_NEWLINES) {
             return;
         }
         let chars = cx.raw.bytes().enumerate().map(|(i, b)| (i, char::from(b)));
@@ -1466,16 +1466,38 @@ const PADDING_BLANKS: usize = 80;
 const PADDING_NEWLINES: usize = 20;
 const PADDING_EXOTIC: usize = 12;
 
-/// The most ASCII whitespace bytes in a row in `bytes` (one branchless
-/// pass).
-fn longest_ascii_blank_run(bytes: &[u8]) -> usize {
-    let (mut run, mut longest) = (0usize, 0usize);
-    for &b in bytes {
-        let blank = matches!(b, b' ' | b'\t'..=b'\r');
-        run = if blank { run + 1 } else { 0 };
-        longest = longest.max(run);
+fn is_ascii_blank(b: u8) -> bool {
+    matches!(b, b' ' | b'\t'..=b'\r')
+}
+
+/// Whether `bytes` holds `min` (≥ 1) ASCII whitespace bytes in a row. Any
+/// such run covers one of every `min`-th byte, so only those are looked
+/// at, and the bytes around the blank ones: text with few blanks is
+/// passed over `min` bytes at a time.
+fn has_ascii_blank_run(bytes: &[u8], min: usize) -> bool {
+    debug_assert!(min >= 1);
+    let mut probe = min - 1;
+    while probe < bytes.len() {
+        if !is_ascii_blank(bytes[probe]) {
+            probe += min;
+            continue;
+        }
+        let before = bytes[..probe]
+            .iter()
+            .rev()
+            .take_while(|&&b| is_ascii_blank(b))
+            .count();
+        let after = bytes[probe..]
+            .iter()
+            .take_while(|&&b| is_ascii_blank(b))
+            .count();
+        if before + after >= min {
+            return true;
+        }
+        // The next run that may be long enough starts after this one.
+        probe += after + min;
     }
-    longest
+    false
 }
 
 fn padding_runs(
@@ -1676,14 +1698,15 @@ mod tests {
     use super::*;
 
     /// The pre-check skips exactly the ASCII texts whose runs the full
-    /// walk would not report: the longest run as `is_blank` counts it.
+    /// walk would not report: a run as long as `is_blank` counts it, looked
+    /// for with every length.
     #[test]
     fn the_padding_precheck_counts_blanks_as_is_blank_does() {
         use proptest::prelude::*;
         let alphabet = prop::sample::select(vec![
             ' ', '\t', '\n', '\x0b', '\x0c', '\r', '\x1c', '\x1f', 'a', '.',
         ]);
-        proptest!(|(chars in prop::collection::vec(alphabet, 0..200))| {
+        proptest!(|(chars in prop::collection::vec(alphabet, 0..200), min in 1usize..30)| {
             let text: String = chars.into_iter().collect();
             let mut longest = 0;
             let mut run = 0;
@@ -1691,7 +1714,7 @@ mod tests {
                 run = if normalize::is_blank(c) { run + 1 } else { 0 };
                 longest = longest.max(run);
             }
-            prop_assert_eq!(longest_ascii_blank_run(text.as_bytes()), longest);
+            prop_assert_eq!(has_ascii_blank_run(text.as_bytes(), min), longest >= min);
         });
     }
 
