@@ -80,6 +80,12 @@ pub struct Cross {
     /// presence; with it they live in its `Local`.
     pending: HashMap<String, CallId>,
     tools_generation: u64,
+    /// Listed tools' classes, for the relay's tool list of
+    /// `classes_generation`: a class depends only on the name, the listed
+    /// definition and the policy, so it is worked out once per listing,
+    /// not on every call.
+    classes: HashMap<String, ToolClass>,
+    classes_generation: u64,
 }
 
 fn flow(mode: PolicyFlow, window: std::time::Duration, on: bool) -> FlowSettings {
@@ -167,6 +173,8 @@ impl Cross {
             me,
             pending: HashMap::new(),
             tools_generation: 0,
+            classes: HashMap::new(),
+            classes_generation: 0,
         }
     }
 
@@ -306,14 +314,7 @@ impl Cross {
             let audit_only = relay.settings().audit_only;
             return self.unavailable(&rid, &tool, audit_only, err, out);
         }
-        let overrides: Vec<ToolClass> = self
-            .policy
-            .cross_server
-            .classification_override(&tool)
-            .into_iter()
-            .map(engine_class)
-            .collect();
-        let class = cross_server::classify(&tool, relay.tool_facts(&tool), &overrides);
+        let class = self.class_of(&tool, relay);
         let args = if self.rules.needs_marks(class) {
             params
                 .and_then(|p| p.get("arguments"))
@@ -415,6 +416,34 @@ impl Cross {
             }
             Err(err) => self.unavailable(&rid, &tool, audit_only, err.to_string(), out),
         }
+    }
+
+    /// A tool's class (`cross_server::classify`), remembered for the tools
+    /// of the current listing. A tool the relay has no definition of is
+    /// classified by its name on every call (nothing bounds such names).
+    fn class_of<I: Inspector>(&mut self, tool: &str, relay: &Relay<I>) -> ToolClass {
+        let facts = relay.tool_facts(tool);
+        if facts.is_some() {
+            if self.classes_generation != relay.tools_generation() {
+                self.classes.clear();
+                self.classes_generation = relay.tools_generation();
+            }
+            if let Some(class) = self.classes.get(tool) {
+                return *class;
+            }
+        }
+        let overrides: Vec<ToolClass> = self
+            .policy
+            .cross_server
+            .classification_override(tool)
+            .into_iter()
+            .map(engine_class)
+            .collect();
+        let class = cross_server::classify(tool, facts, &overrides);
+        if facts.is_some() {
+            self.classes.insert(tool.to_string(), class);
+        }
+        class
     }
 
     /// The event and the answer for a decision: a block is answered here,
@@ -812,4 +841,70 @@ pub async fn startup_checks(
         })),
     );
     Some(("cross_server.typosquat.package".into(), reason))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gatehouse_engine::{NoInspector, PinTable, ServerInfo, Settings};
+    use gatehouse_protocol::parse_frame;
+    use serde_json::json;
+
+    fn list(relay: &mut Relay<NoInspector>, id: u64, description: &str) {
+        let ask = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"});
+        relay.on_client_frame(parse_frame(serde_json::to_vec(&ask).unwrap()), 0);
+        let tools = json!([{"name": "helper", "description": description, "inputSchema": {"type": "object"}}]);
+        let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"tools": tools}});
+        relay.on_server_frame(parse_frame(serde_json::to_vec(&answer).unwrap()), 0);
+    }
+
+    /// A remembered class is the one `classify` gives for the definition
+    /// listed now: a listing that changes the description changes it.
+    #[test]
+    fn a_tools_class_follows_its_listed_definition() {
+        let policy = Policy::default();
+        let rules = rules_for(&policy, &policy.server_settings("srv"));
+        let me = CrossIdentity {
+            session: "s".into(),
+            server_id: "srv".into(),
+            pin_server_id: "srv".into(),
+            command_hash: "h".into(),
+        };
+        let mut cross = Cross::new(None, None, me, &policy, rules, taint_key(b"k"));
+        let info = ServerInfo {
+            server_id: "srv".into(),
+        };
+        let mut relay = Relay::new(
+            info,
+            Settings::default(),
+            NoInspector,
+            PinTable::default(),
+            "n",
+        );
+        let classes = |cross: &mut Cross, relay: &Relay<NoInspector>| {
+            let fresh = cross_server::classify("helper", relay.tool_facts("helper"), &[]);
+            (
+                cross.class_of("helper", relay),
+                cross.class_of("helper", relay),
+                fresh,
+            )
+        };
+
+        assert_eq!(
+            classes(&mut cross, &relay),
+            (ToolClass::Unknown, ToolClass::Unknown, ToolClass::Unknown)
+        );
+        list(&mut relay, 1, "Reads the page at a URL.");
+        let read = classes(&mut cross, &relay);
+        list(&mut relay, 2, "Sends the text by email.");
+        let send = classes(&mut cross, &relay);
+        assert_eq!(read.2, ToolClass::Read, "the listing reached the relay");
+        assert_eq!((read.0, read.1), (read.2, read.2));
+        assert_eq!(
+            send.2,
+            ToolClass::Send,
+            "the second listing reached the relay"
+        );
+        assert_eq!((send.0, send.1), (send.2, send.2));
+    }
 }
