@@ -332,13 +332,15 @@ fn aggregation_key(event: &NewEvent, slot_ms: i64) -> Option<i64> {
     if slot_ms <= 0 {
         return None;
     }
-    let mut hash = Sha256::new();
+    // The hashed bytes are gathered first and hashed in one call: one
+    // `update` per part cost more than the hashing (an event per call).
+    let mut bytes = Vec::with_capacity(256);
     let mut put = |part: Option<&str>| match part {
-        None => hash.update([0u8]),
+        None => bytes.push(0u8),
         Some(s) => {
-            hash.update([1u8]);
-            hash.update((s.len() as u64).to_be_bytes());
-            hash.update(s.as_bytes());
+            bytes.push(1u8);
+            bytes.extend_from_slice(&(s.len() as u64).to_be_bytes());
+            bytes.extend_from_slice(s.as_bytes());
         }
     };
     put(Some(&event.event_type));
@@ -351,8 +353,8 @@ fn aggregation_key(event: &NewEvent, slot_ms: i64) -> Option<i64> {
     if reason_keyed(&event.event_type) {
         put(Some(&event.reason));
     }
-    hash.update(event.time_ms.div_euclid(slot_ms).to_be_bytes());
-    let digest = hash.finalize();
+    bytes.extend_from_slice(&event.time_ms.div_euclid(slot_ms).to_be_bytes());
+    let digest = Sha256::digest(&bytes);
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     Some(i64::from_be_bytes(first))
@@ -870,6 +872,67 @@ mod tests {
             evidence_json: Some(r#"{"len":3}"#.into()),
             session: Some("sess".into()),
             ..NewEvent::new(time_ms, ty, action, severity, "because")
+        }
+    }
+
+    /// The key is the hash the stored keys were made with (part by part):
+    /// rows written before keep folding with new events.
+    #[test]
+    fn the_aggregation_key_hashes_the_parts_as_before() {
+        fn part_by_part(event: &NewEvent, slot_ms: i64) -> i64 {
+            let mut hash = Sha256::new();
+            let mut put = |part: Option<&str>| match part {
+                None => hash.update([0u8]),
+                Some(s) => {
+                    hash.update([1u8]);
+                    hash.update((s.len() as u64).to_be_bytes());
+                    hash.update(s.as_bytes());
+                }
+            };
+            put(Some(&event.event_type));
+            put(event.server_id.as_deref());
+            put(event.tool.as_deref());
+            put(Some(event.action.as_str()));
+            put(event.rule.as_deref());
+            put(Some(event.severity.as_str()));
+            put(event.session.as_deref());
+            if reason_keyed(&event.event_type) {
+                put(Some(&event.reason));
+            }
+            hash.update(event.time_ms.div_euclid(slot_ms).to_be_bytes());
+            i64::from_be_bytes(hash.finalize()[..8].try_into().unwrap())
+        }
+        let full = ev(
+            12_345,
+            "mcp_tool_called",
+            "srv",
+            Action::Allow,
+            Severity::Info,
+        );
+        let bare = NewEvent::new(
+            -7,
+            "mcp_server_exited",
+            Action::Block,
+            Severity::High,
+            "why",
+        );
+        let long_reason = NewEvent {
+            reason: "é".repeat(300),
+            ..ev(
+                1,
+                "mcp_tool_call_intercepted",
+                "s",
+                Action::Block,
+                Severity::High,
+            )
+        };
+        for event in [full, bare, long_reason] {
+            for slot in [1, 1000, 60_000] {
+                assert_eq!(
+                    aggregation_key(&event, slot),
+                    Some(part_by_part(&event, slot))
+                );
+            }
         }
     }
 
