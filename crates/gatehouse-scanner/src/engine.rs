@@ -1181,9 +1181,12 @@ fn uppercase_role() -> &'static Regex {
 fn ansi_checks(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
     let raw = cx.raw;
     let bytes = raw.as_bytes();
-    if !bytes.contains(&0x1b) && !raw.contains('\u{9b}') {
+    // (The memchr crate's searches: std's byte search is not vectorized.)
+    if memchr::memchr(0x1b, bytes).is_none()
+        && memchr::memmem::find(bytes, "\u{9b}".as_bytes()).is_none()
+    {
         // A bare carriage return that rewrites a line is also an overwrite.
-        if let Some(p) = raw.find('\r') {
+        if let Some(p) = memchr::memchr(b'\r', bytes) {
             if bytes.get(p + 1).is_some_and(|&b| b != b'\n') && cx.carrier == Carrier::Definition {
                 mods.hidden = true;
                 cx.push(
