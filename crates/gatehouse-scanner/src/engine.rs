@@ -1453,7 +1453,12 @@ fn padding_check(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
     // when it has a run that may be reported: none is shorter than
     // PADDING_NEWLINES blanks (ASCII has no exotic blanks).
     if cx.raw.is_ascii() {
-        if !has_ascii_blank_run(cx.raw.as_bytes(), PADDING_NEWLINES) {
+        let bytes = cx.raw.as_bytes();
+        let blanks = &normalize::ASCII_BLANK_BYTES;
+        if normalize::long_runs(bytes, blanks, PADDING_NEWLINES)
+            .next()
+            .is_none()
+        {
             return;
         }
         let chars = cx.raw.bytes().enumerate().map(|(i, b)| (i, char::from(b)));
@@ -1468,40 +1473,6 @@ fn padding_check(cx: &mut Ctx<'_>, mods: &mut Modifiers) {
 const PADDING_BLANKS: usize = 80;
 const PADDING_NEWLINES: usize = 20;
 const PADDING_EXOTIC: usize = 12;
-
-fn is_ascii_blank(b: u8) -> bool {
-    matches!(b, b' ' | b'\t'..=b'\r')
-}
-
-/// Whether `bytes` holds `min` (≥ 1) ASCII whitespace bytes in a row. Any
-/// such run covers one of every `min`-th byte, so only those are looked
-/// at, and the bytes around the blank ones: text with few blanks is
-/// passed over `min` bytes at a time.
-fn has_ascii_blank_run(bytes: &[u8], min: usize) -> bool {
-    debug_assert!(min >= 1);
-    let mut probe = min - 1;
-    while probe < bytes.len() {
-        if !is_ascii_blank(bytes[probe]) {
-            probe += min;
-            continue;
-        }
-        let before = bytes[..probe]
-            .iter()
-            .rev()
-            .take_while(|&&b| is_ascii_blank(b))
-            .count();
-        let after = bytes[probe..]
-            .iter()
-            .take_while(|&&b| is_ascii_blank(b))
-            .count();
-        if before + after >= min {
-            return true;
-        }
-        // The next run that may be long enough starts after this one.
-        probe += after + min;
-    }
-    false
-}
 
 fn padding_runs(
     cx: &mut Ctx<'_>,
@@ -1717,7 +1688,9 @@ mod tests {
                 run = if normalize::is_blank(c) { run + 1 } else { 0 };
                 longest = longest.max(run);
             }
-            prop_assert_eq!(has_ascii_blank_run(text.as_bytes(), min), longest >= min);
+            let blanks = &normalize::ASCII_BLANK_BYTES;
+            let found = normalize::long_runs(text.as_bytes(), blanks, min).next().is_some();
+            prop_assert_eq!(found, longest >= min);
         });
     }
 

@@ -724,14 +724,17 @@ static B64_BYTES: [bool; 256] =
     byte_table!(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'-' | b'_'));
 /// Hex digits, by value.
 static HEX_BYTES: [bool; 256] = byte_table!(|b| b.is_ascii_hexdigit());
+/// ASCII whitespace (`is_blank` within ASCII), by value.
+pub(crate) static ASCII_BLANK_BYTES: [bool; 256] =
+    byte_table!(|b| matches!(b, b' ' | b'\t'..=b'\r'));
 
 /// The maximal runs of at least `min` (≥ 1) bytes of `bytes` whose values
 /// `table` holds, in order. Every output's bytes are searched like this,
-/// twice, so not every byte is looked at: a long enough run covers one of
+/// three times (base64, hex, padding), so not every byte is looked at: a long enough run covers one of
 /// every `min`-th byte after a byte outside it, and only those bytes, and
 /// the runs through them, are read. Text of short words is passed over a
 /// word at a time.
-fn long_runs<'a>(
+pub(crate) fn long_runs<'a>(
     bytes: &'a [u8],
     table: &'static [bool; 256],
     min: usize,
