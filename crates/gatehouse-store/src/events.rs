@@ -353,6 +353,7 @@ fn aggregation_key(event: &NewEvent, slot_ms: i64) -> Option<i64> {
     if reason_keyed(&event.event_type) {
         put(Some(&event.reason));
     }
+    // The slot; `same_slot` compares the same.
     bytes.extend_from_slice(&event.time_ms.div_euclid(slot_ms).to_be_bytes());
     let digest = Sha256::digest(&bytes);
     let mut first = [0u8; 8];
@@ -394,6 +395,19 @@ fn fold(events: &[NewEvent], aggregation_ms: i64) -> Vec<Folded<'_>> {
     let mut folded: Vec<Folded<'_>> = Vec::new();
     let mut by_key: std::collections::HashMap<i64, usize> = std::collections::HashMap::new();
     for event in events {
+        // A run of one event (one per call in a burst of calls) folds into
+        // the row before it unhashed: the same fields in the same slot make
+        // the same key.
+        if let Some(last) = folded.last_mut() {
+            if last.key.is_some()
+                && same_slot(last.event, event, aggregation_ms)
+                && same_aggregate(last.event, event)
+            {
+                last.count += 1;
+                last.last_time_ms = last.last_time_ms.max(event.time_ms);
+                continue;
+            }
+        }
         let key = aggregation_key(event, aggregation_ms);
         if let Some(key) = key {
             if let Some(&at) = by_key.get(&key) {
@@ -416,6 +430,11 @@ fn fold(events: &[NewEvent], aggregation_ms: i64) -> Vec<Folded<'_>> {
         });
     }
     folded
+}
+
+/// Whether two events fall in one aggregation slot (`slot_ms` > 0).
+fn same_slot(a: &NewEvent, b: &NewEvent, slot_ms: i64) -> bool {
+    a.time_ms.div_euclid(slot_ms) == b.time_ms.div_euclid(slot_ms)
 }
 
 /// The fields the aggregation upsert compares (its `WHERE`).
@@ -921,6 +940,57 @@ mod tests {
                 4514829637520863041,
             ]
         );
+    }
+
+    proptest::proptest! {
+        /// Folding (runs unhashed, the rest by key) gives what grouping
+        /// every event with the first equal one of its slot gives.
+        #[test]
+        fn folding_groups_equal_events_of_a_slot(
+            picks in proptest::collection::vec((0usize..4, 0i64..3_000), 0..40),
+            slot_ms in 0i64..1_500,
+        ) {
+            let kinds = [
+                ("mcp_tool_called", "s", Action::Allow),
+                ("mcp_tool_called", "t", Action::Allow),
+                ("frame_dropped", "s", Action::Block),
+                ("mcp_tool_called", "s", Action::Block),
+            ];
+            let events: Vec<NewEvent> = picks
+                .iter()
+                .map(|&(kind, time)| {
+                    let (ty, server, action) = kinds[kind];
+                    ev(time, ty, server, action, Severity::Info)
+                })
+                .collect();
+            let mut expected: Vec<(usize, i64, i64)> = Vec::new(); // first, count, last time
+            for (i, event) in events.iter().enumerate() {
+                let joins = slot_ms > 0;
+                match expected.iter_mut().find(|(first, ..)| {
+                    joins
+                        && same_slot(&events[*first], event, slot_ms)
+                        && same_aggregate(&events[*first], event)
+                }) {
+                    Some((_, count, last)) => {
+                        *count += 1;
+                        *last = (*last).max(event.time_ms);
+                    }
+                    None => expected.push((i, 1, event.time_ms)),
+                }
+            }
+            let got: Vec<(i64, i64, i64, Option<i64>)> = fold(&events, slot_ms)
+                .iter()
+                .map(|f| (f.event.time_ms, f.count, f.last_time_ms, f.key))
+                .collect();
+            let want: Vec<(i64, i64, i64, Option<i64>)> = expected
+                .iter()
+                .map(|&(first, count, last)| {
+                    let event = &events[first];
+                    (event.time_ms, count, last, aggregation_key(event, slot_ms))
+                })
+                .collect();
+            proptest::prop_assert_eq!(got, want);
+        }
     }
 
     #[tokio::test]
