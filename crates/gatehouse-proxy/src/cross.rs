@@ -6,10 +6,11 @@
 //! `BEGIN IMMEDIATE` transaction ([`Store::check_call`]). A blocked call is
 //! answered here with an `isError` result. The results of recorded reads are
 //! reduced to taint marks (keyed hashes, see `cross_server::taint`) and
-//! attached before any later call can be judged: in the database before
-//! the client sees them, or, while the server is alone in its session,
-//! right after they were forwarded, under the session lock taken before
-//! ([`LateMarks`]), so the marks cost the client no wait. The tools this
+//! attached before any later call of another server can be judged: in the
+//! database before the client sees them, or, while the server is alone in
+//! its session, on another thread once they were forwarded ([`LateMarks`]),
+//! so the marks cost the client no wait, and a hand-over to a joining
+//! server waits for them (`Presence::lock_marked`). The tools this
 //! server exposes are published per session for the shadowing rule. Package
 //! typosquatting is judged once, before the server starts.
 
@@ -46,9 +47,10 @@ enum Checked {
 
 /// Results of reads made while alone, forwarded before their marks are
 /// taken ([`Cross::attach_late`]). The session's lock is held from before
-/// the client can see them until the marks are attached, so a hand-over to
-/// the database (a joining server) cannot slip between.
+/// the client can see them until they are counted as on their way, so a
+/// hand-over to the database (a joining server) cannot slip between.
 pub struct LateMarks {
+    presence: Arc<Presence>,
     local: OwnedMutexGuard<Local>,
     results: Vec<(u64, Value)>,
 }
@@ -199,8 +201,8 @@ impl Cross {
         for output in outputs {
             match output {
                 output if batch::sends_call(&output) => {
-                    // The check takes the session lock: marks waiting
-                    // under it are attached first (rare: a result and a
+                    // The check takes the session lock: results waiting
+                    // under it go to be marked first (rare: a result and a
                     // call in one turn).
                     if let Some(waiting) = late.take() {
                         self.attach_late(waiting);
@@ -225,13 +227,15 @@ impl Cross {
         (out, late)
     }
 
-    /// Attaches the marks of results already forwarded, then releases the
-    /// session lock.
+    /// Has the marks of results already forwarded taken on another thread
+    /// (`Presence::mark_later`) and releases the session lock.
     pub fn attach_late(&self, late: LateMarks) {
-        let LateMarks { mut local, results } = late;
-        for (seq, result) in results {
-            local.attach(seq, cross_server::taint::result_marks(&self.key, &result));
-        }
+        let LateMarks {
+            presence,
+            local,
+            results,
+        } = late;
+        presence.mark_later(&self.key, local, results);
     }
 
     /// Publishes the exposed tool names when the relay judged a listing,
@@ -557,6 +561,7 @@ impl Cross {
                 let mut held = match late.take() {
                     Some(held) => held,
                     None => LateMarks {
+                        presence: Arc::clone(p),
                         local: Arc::clone(&p.local).lock_owned().await,
                         results: Vec::new(),
                     },

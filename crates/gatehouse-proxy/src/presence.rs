@@ -16,6 +16,12 @@
 //! members have acknowledged it, so no read made while a server was alone
 //! is missed by a send of the server that joined.
 //!
+//! The marks of a read's result, taken while alone, are not needed to judge
+//! this server's own calls (only other servers' reads count), so they are
+//! taken off the relay's thread once the result is forwarded
+//! ([`Presence::mark_later`]); a hand-over or a leave waits for them first
+//! ([`Presence::lock_marked`]).
+//!
 //! The state outlives the process: a process that leaves while alone writes
 //! its unwritten calls and cool-down in the transaction that removes its
 //! row (`Store::leave_session`), and a process that starts alone, or becomes
@@ -31,10 +37,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use gatehouse_engine::cross_server::{Bucket, ToolClass};
+use gatehouse_engine::cross_server::{self, Bucket, TaintKey, ToolClass};
 use gatehouse_store::{now_ms, BucketState, CallId, LocalCall, Store};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, MutexGuard, Notify, OwnedMutexGuard};
 use tracing::warn;
 
 /// How often the stamp file is checked.
@@ -51,6 +58,9 @@ pub const JOIN_WAIT: Duration = Duration::from_secs(3);
 /// database for its whole life.
 const JOIN_RETRIES: u32 = 5;
 const JOIN_BACKOFF: Duration = Duration::from_millis(25);
+/// How long a hand-over or a leave waits for marks being taken (a 1 MB
+/// result takes about 10 ms); past it they go without them, with a warning.
+const MARK_WAIT: Duration = Duration::from_secs(5);
 
 /// A call kept in memory while alone.
 pub struct LocalEntry {
@@ -84,6 +94,9 @@ pub struct Local {
     /// Recorded reads by request id.
     pub pending: HashMap<String, Pending>,
     next_seq: u64,
+    /// Results forwarded whose marks are being taken
+    /// ([`Presence::mark_later`]).
+    marking: usize,
 }
 
 impl Local {
@@ -217,9 +230,31 @@ pub struct Presence {
     /// The stamp file's length when members were last read.
     seen_len: AtomicU64,
     window_ms: i64,
-    /// Shared so a result's marks can be attached under a lock held
-    /// across its forwarding (`cross::LateMarks`).
+    /// Shared so a result can be forwarded under a lock held from before
+    /// it is looked up (`cross::LateMarks`).
     pub local: Arc<Mutex<Local>>,
+    /// Forwarded results whose marks are still to be taken.
+    unmarked: std::sync::Mutex<Unmarked>,
+    /// Told each time marks are attached.
+    marked: Notify,
+}
+
+/// Results of reads made while alone, forwarded, waiting for their marks.
+#[derive(Default)]
+struct Unmarked {
+    key: Option<TaintKey>,
+    results: Vec<(u64, Value)>,
+    /// A thread of the runtime's blocking pool is taking them.
+    taking: bool,
+}
+
+/// Attaches marks taken for forwarded results (an entry that left the
+/// window meanwhile is skipped).
+fn attach_marks(local: &mut Local, marked: Vec<(u64, Vec<u8>)>) {
+    local.marking = local.marking.saturating_sub(marked.len());
+    for (seq, marks) in marked {
+        local.attach(seq, marks);
+    }
 }
 
 /// Whether process `pid` still exists (unverifiable platforms: assume yes,
@@ -341,7 +376,10 @@ impl Presence {
                 bucket: None,
                 pending: HashMap::new(),
                 next_seq: 0,
+                marking: 0,
             })),
+            unmarked: std::sync::Mutex::new(Unmarked::default()),
+            marked: Notify::new(),
         });
         if let Some((entries, bucket)) = state {
             let mut local = presence.local.lock().await;
@@ -356,7 +394,7 @@ impl Presence {
     /// first (one transaction with the leave): a restart of this server, or
     /// another server started later in the session, must still see them.
     pub async fn leave(&self, keep: impl Fn(ToolClass, i64) -> bool) {
-        let mut local = self.local.lock().await;
+        let mut local = self.lock_marked().await;
         let done = if local.alone {
             let now = now_ms();
             let calls: Vec<LocalCall> = local
@@ -386,6 +424,88 @@ impl Presence {
             warn!(%err, "could not leave the session");
         }
         touch(&self.stamp);
+    }
+
+    /// Takes the marks of `results` (reads' results already forwarded
+    /// while alone) on a thread of the blocking pool, so the relay reads
+    /// the next frame at once, and attaches them there. `local` is the
+    /// lock held since the results were looked up: it counts them as on
+    /// their way before it is released.
+    pub fn mark_later(
+        self: &Arc<Self>,
+        key: &TaintKey,
+        mut local: OwnedMutexGuard<Local>,
+        results: Vec<(u64, Value)>,
+    ) {
+        local.marking += results.len();
+        drop(local);
+        let mut unmarked = self.unmarked.lock().unwrap_or_else(|e| e.into_inner());
+        unmarked.key.get_or_insert_with(|| key.clone());
+        unmarked.results.extend(results);
+        if !unmarked.taking {
+            unmarked.taking = true;
+            let presence = Arc::clone(self);
+            // Never run once the runtime shuts down: `lock_marked` then
+            // takes them itself.
+            drop(tokio::task::spawn_blocking(move || {
+                while let Some(marked) = presence.take_marks(true) {
+                    let mut local = presence.local.blocking_lock();
+                    attach_marks(&mut local, marked);
+                    drop(local);
+                    presence.marked.notify_waiters();
+                }
+            }));
+        }
+    }
+
+    /// The marks of the results no thread has taken yet, taken on this
+    /// one (None: none wait). The blocking-pool thread (`worker`) stops
+    /// then, and the next [`Presence::mark_later`] starts one again.
+    fn take_marks(&self, worker: bool) -> Option<Vec<(u64, Vec<u8>)>> {
+        let mut unmarked = self.unmarked.lock().unwrap_or_else(|e| e.into_inner());
+        if unmarked.results.is_empty() {
+            unmarked.taking &= !worker;
+            return None;
+        }
+        // Set with the first results.
+        let key = unmarked.key.clone()?;
+        let results = std::mem::take(&mut unmarked.results);
+        drop(unmarked);
+        Some(
+            results
+                .into_iter()
+                .map(|(seq, result)| (seq, cross_server::taint::result_marks(&key, &result)))
+                .collect(),
+        )
+    }
+
+    /// The session lock, once no marks are on their way: what a hand-over
+    /// or a leave writes must hold every forwarded read's marks. Marks no
+    /// thread has taken yet are taken here.
+    pub async fn lock_marked(&self) -> MutexGuard<'_, Local> {
+        let deadline = tokio::time::Instant::now() + MARK_WAIT;
+        loop {
+            let own = self.take_marks(false);
+            let mut local = self.local.lock().await;
+            if let Some(marked) = own {
+                attach_marks(&mut local, marked);
+            }
+            if local.marking == 0 {
+                return local;
+            }
+            // Being taken on another thread: wait until it attaches them.
+            let attached = self.marked.notified();
+            drop(local);
+            if tokio::time::timeout_at(deadline, attached).await.is_err() {
+                let mut local = self.local.lock().await;
+                warn!(
+                    results = local.marking,
+                    "gave up waiting for taint marks: those reads go without them"
+                );
+                local.marking = 0;
+                return local;
+            }
+        }
     }
 
     /// Waits until every earlier live member acknowledged this one's join
@@ -510,7 +630,8 @@ impl Presence {
             let ids: Vec<i64> = dead.iter().map(|m| m.id).collect();
             self.store.remove_members(&ids).await?;
         }
-        let mut local = self.local.lock().await;
+        // A hand-over writes the marks: none may be on their way.
+        let mut local = self.lock_marked().await;
         let Some(newest) = others.iter().map(|m| m.id).max() else {
             if !local.alone {
                 // Alone again: continue from the stored window (other
@@ -619,5 +740,92 @@ mod tests {
         assert_eq!(me.stamp_len(), 1, "the handle is on the new file");
         touch(&me.stamp);
         assert_eq!(me.stamp_len(), 2, "and follows it");
+    }
+
+    fn read_call(time_ms: i64) -> LocalCall {
+        LocalCall {
+            tool: "read_file".into(),
+            category: "read".into(),
+            time_ms,
+            outcome: "allow".into(),
+            result: None,
+        }
+    }
+
+    /// Forwards a result of the read recorded under request `id`, as the
+    /// cross stage does while alone; returns its marks as they should be.
+    async fn forward_result(me: &Arc<Presence>, key: &TaintKey, id: &str) -> Vec<u8> {
+        let result = serde_json::json!({"content": [{"type": "text",
+            "text": "the vault code is BLUEHERON-7731, rotate it monthly"}]});
+        let marks = cross_server::taint::result_marks(key, &result);
+        let mut local = Arc::clone(&me.local).lock_owned().await;
+        let Some(Pending::Local(seq)) = local.pending.remove(id) else {
+            panic!("the read waits for its result");
+        };
+        assert_eq!(local.marking, 0);
+        me.mark_later(key, local, vec![(seq, result)]);
+        marks
+    }
+
+    #[tokio::test]
+    async fn marks_taken_after_forwarding_are_handed_over_with_the_read() {
+        let home = tempfile::tempdir().unwrap();
+        let store = Store::open(home.path(), Default::default()).await.unwrap();
+        let key = TaintKey::new(&[7; 32]);
+        let me = Presence::join(store.clone(), home.path(), "client-1", "srv_a", 60_000)
+            .await
+            .unwrap();
+        let now = now_ms();
+        me.local
+            .lock()
+            .await
+            .record(ToolClass::Read, read_call(now), Some("1".into()), 60_000);
+        // As if a thread were taking them already: none is started (as
+        // when the runtime shuts down), so they wait until a lock takes them.
+        me.unmarked.lock().unwrap().taking = true;
+        let marks = forward_result(&me, &key, "1").await;
+        assert_eq!(me.local.lock().await.marking, 1, "on their way");
+
+        // Another server joins; the hand-over takes the marks first.
+        let joiner = Store::open(home.path(), Default::default()).await.unwrap();
+        let _other = Presence::join(joiner, home.path(), "client-1", "srv_b", 60_000)
+            .await
+            .unwrap();
+        me.refresh_members(me.stamp_len()).await;
+        assert!(!me.local.lock().await.alone, "handed over");
+        let (entries, _) = store
+            .session_state("client-1", "srv_b", now - 1_000)
+            .await
+            .unwrap();
+        let read = entries
+            .iter()
+            .find(|e| e.server_id == "srv_a")
+            .expect("the read is in the shared window");
+        assert_eq!(read.result.as_deref(), Some(&marks[..]), "with its marks");
+    }
+
+    #[tokio::test]
+    async fn marks_are_taken_and_attached_on_another_thread() {
+        let home = tempfile::tempdir().unwrap();
+        let store = Store::open(home.path(), Default::default()).await.unwrap();
+        let key = TaintKey::new(&[9; 32]);
+        let me = Presence::join(store, home.path(), "client-1", "srv_a", 60_000)
+            .await
+            .unwrap();
+        me.local.lock().await.record(
+            ToolClass::Read,
+            read_call(now_ms()),
+            Some("1".into()),
+            60_000,
+        );
+        let marks = forward_result(&me, &key, "1").await;
+        let waited = tokio::time::Instant::now();
+        // Attached, and the thread stopped (the next result starts one).
+        while me.local.lock().await.marking > 0 || me.unmarked.lock().unwrap().taking {
+            assert!(waited.elapsed() < Duration::from_secs(10), "never attached");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let local = me.local.lock().await;
+        assert_eq!(local.calls[0].call.result.as_deref(), Some(&marks[..]));
     }
 }

@@ -1,7 +1,7 @@
 //! `gatehouse wrap --server ID [--home DIR] [--pass-env NAMES] -- CMD ARGS…`
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -533,12 +533,20 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         opts.inbox_timeout,
     );
 
+    // The loop's turns, for the idle trim (one relaxed add per turn).
+    let turns = Arc::new(AtomicU64::new(0));
+    tokio::spawn(crate::memory::trim_when_idle(
+        Arc::clone(&turns),
+        crate::memory::release_free_memory,
+    ));
+
     // One timer for the relay's next deadline and the stop deadline, moved
     // only when they change (a timer made each turn costs two locks).
     let timer = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(timer);
     let mut armed: Option<(Option<u64>, Option<tokio::time::Instant>)> = None;
     let exit = loop {
+        turns.fetch_add(1, Ordering::Relaxed);
         let due = (relay.next_deadline_ms(), stop_deadline);
         if due == (None, None) {
             armed = None;
@@ -665,7 +673,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         let outputs = inbox.take(outputs);
         ctx.dispatch(outputs, &mut client_out, &mut server_out);
         // The results went (written now when the pipe had room); their
-        // marks are taken before the next frame is read.
+        // marks are taken on another thread, the session lock released.
         if let Some(late) = late_marks {
             cross.attach_late(late);
         }
