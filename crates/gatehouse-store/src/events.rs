@@ -391,6 +391,14 @@ struct Folded<'a> {
     last_time_ms: i64,
 }
 
+impl Folded<'_> {
+    /// Counts one more `event` of this row's aggregate and slot.
+    fn absorb(&mut self, event: &NewEvent) {
+        self.count += 1;
+        self.last_time_ms = self.last_time_ms.max(event.time_ms);
+    }
+}
+
 fn fold(events: &[NewEvent], aggregation_ms: i64) -> Vec<Folded<'_>> {
     let mut folded: Vec<Folded<'_>> = Vec::new();
     let mut by_key: std::collections::HashMap<i64, usize> = std::collections::HashMap::new();
@@ -403,8 +411,7 @@ fn fold(events: &[NewEvent], aggregation_ms: i64) -> Vec<Folded<'_>> {
                 && same_slot(last.event, event, aggregation_ms)
                 && same_aggregate(last.event, event)
             {
-                last.count += 1;
-                last.last_time_ms = last.last_time_ms.max(event.time_ms);
+                last.absorb(event);
                 continue;
             }
         }
@@ -414,8 +421,7 @@ fn fold(events: &[NewEvent], aggregation_ms: i64) -> Vec<Folded<'_>> {
                 let into = &mut folded[at];
                 // The key is a hash: fold only what the database would.
                 if same_aggregate(into.event, event) {
-                    into.count += 1;
-                    into.last_time_ms = into.last_time_ms.max(event.time_ms);
+                    into.absorb(event);
                     continue;
                 }
             } else {
