@@ -1,5 +1,6 @@
-//! The C allocator, tuned for a relay that idles for hours between frames
-//! (glibc only; elsewhere these do nothing).
+//! A wrap's memory while it idles for hours between frames: the C allocator
+//! (glibc only) and the executable's read-only pages (Linux only); elsewhere
+//! these do nothing.
 //!
 //! Measured on the wrap bench (issue 2): without tuning, memory freed by the
 //! scanner's build thread stayed in that thread's own arena, and the buffers
@@ -9,6 +10,7 @@
 //! after a run of calls, their freed buffers stay in the allocator's free
 //! lists until wrap has been idle a while ([`trim_when_idle`]).
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +45,38 @@ pub fn release_free_memory() {
     }
 }
 
+/// The executable's read-only segments (its code and constants), page
+/// aligned inwards; empty where they cannot be found or must not be dropped.
+pub fn code_segments() -> Vec<Range<usize>> {
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+    {
+        elf::own_segments()
+    }
+    #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+    Vec::new()
+}
+
+/// Unmaps `segments` ([`code_segments`]) from this process
+/// (`MADV_DONTNEED`): the code only start-up runs (policy parser, rule
+/// compiler, migrations) stays resident otherwise. The file's pages stay in
+/// the page cache, shared with every other wrap; what runs next maps its
+/// pages back (minor faults). Safe for these segments only: nothing ever
+/// writes to them, so the file holds exactly what was mapped.
+pub fn release_code_pages(segments: &[Range<usize>]) {
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+    for s in segments {
+        #[allow(unsafe_code)]
+        // SAFETY: `s` is a page-aligned part of a read-only, never written
+        // file mapping of this executable; dropping its pages changes no
+        // byte a thread can read.
+        unsafe {
+            libc::madvise(s.start as *mut libc::c_void, s.len(), libc::MADV_DONTNEED);
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+    let _ = segments;
+}
+
 /// Returns free memory to the system once per idle spell (`trim`:
 /// [`release_free_memory`]): when `turns` (counted by the relay loop) has
 /// not moved for [`IDLE_TRIM_AFTER`], so 2–4 s after the last frame. A busy
@@ -59,6 +93,98 @@ pub async fn trim_when_idle(turns: Arc<AtomicU64>, mut trim: impl FnMut()) {
         } else if !trimmed {
             trim();
             trimmed = true;
+        }
+    }
+}
+
+/// A program header's fields that say whether its pages may be dropped.
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    kind: u32,
+    flags: u32,
+    vaddr: u64,
+    filesz: u64,
+}
+
+const PT_LOAD: u32 = 1;
+const PF_W: u32 = 2;
+
+/// The loaded, never-written segments of an object loaded at `bias`, each
+/// shrunk to whole pages. Writable segments (data, and the relocated
+/// read-only data, relro) hold private copies and are never included.
+fn read_only_ranges(bias: usize, segments: &[Segment], page: usize) -> Vec<Range<usize>> {
+    segments
+        .iter()
+        .filter(|s| s.kind == PT_LOAD && s.flags & PF_W == 0)
+        .filter_map(|s| {
+            let start = bias.checked_add(usize::try_from(s.vaddr).ok()?)?;
+            let end = start.checked_add(usize::try_from(s.filesz).ok()?)?;
+            let (start, end) = (start.div_ceil(page) * page, end / page * page);
+            (start < end).then_some(start..end)
+        })
+        .collect()
+}
+
+/// This executable's program headers, read from the auxiliary vector.
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+mod elf {
+    use super::{read_only_ranges, Segment};
+    use std::ops::Range;
+
+    const PT_DYNAMIC: u32 = 2;
+    const PT_PHDR: u32 = 6;
+    const DT_NULL: i64 = 0;
+    const DT_TEXTREL: i64 = 22;
+    const DT_FLAGS: i64 = 30;
+    const DF_TEXTREL: u64 = 4;
+
+    pub fn own_segments() -> Vec<Range<usize>> {
+        #[allow(unsafe_code)]
+        // SAFETY: AT_PHDR and AT_PHNUM describe the program headers the
+        // loader mapped for this executable; they live as long as the
+        // process. PT_DYNAMIC points at its mapped dynamic section, an
+        // array of (tag, value) pairs ended by DT_NULL.
+        unsafe {
+            let at = libc::getauxval(libc::AT_PHDR) as usize;
+            let count = libc::getauxval(libc::AT_PHNUM) as usize;
+            let page = libc::sysconf(libc::_SC_PAGESIZE);
+            if at == 0 || count == 0 || page <= 0 {
+                return Vec::new();
+            }
+            let headers = std::slice::from_raw_parts(at as *const libc::Elf64_Phdr, count);
+            let Some(bias) = headers
+                .iter()
+                .find(|h| h.p_type == PT_PHDR)
+                .map(|h| at.wrapping_sub(h.p_vaddr as usize))
+            else {
+                return Vec::new();
+            };
+            // Text relocations: the loader wrote into "read-only" code, so
+            // the file no longer holds what runs. Rust never emits them;
+            // refuse rather than trust that.
+            for h in headers.iter().filter(|h| h.p_type == PT_DYNAMIC) {
+                let mut entry = bias.wrapping_add(h.p_vaddr as usize) as *const [i64; 2];
+                loop {
+                    let [tag, value] = *entry;
+                    if tag == DT_NULL {
+                        break;
+                    }
+                    if tag == DT_TEXTREL || (tag == DT_FLAGS && value as u64 & DF_TEXTREL != 0) {
+                        return Vec::new();
+                    }
+                    entry = entry.add(1);
+                }
+            }
+            let segments: Vec<Segment> = headers
+                .iter()
+                .map(|h| Segment {
+                    kind: h.p_type,
+                    flags: h.p_flags,
+                    vaddr: h.p_vaddr,
+                    filesz: h.p_filesz,
+                })
+                .collect();
+            read_only_ranges(bias, &segments, page as usize)
         }
     }
 }
@@ -94,5 +220,53 @@ mod tests {
             2,
             "and again after the next call"
         );
+    }
+
+    /// The program headers of a wrap build (`readelf -lW`, lld's layout):
+    /// constants, code, relro + data, data.
+    #[test]
+    fn only_whole_pages_of_unwritten_segments_are_dropped() {
+        let seg = |kind, flags, vaddr, filesz| Segment {
+            kind,
+            flags,
+            vaddr,
+            filesz,
+        };
+        let (r, rx, rw) = (4, 5, 6);
+        let headers = [
+            seg(6, r, 0x40, 0x2a0),
+            seg(PT_LOAD, r, 0, 0x29cfd0),
+            seg(PT_LOAD, rx, 0x29dfd0, 0xa8f150),
+            seg(PT_LOAD, rw, 0xd2e120, 0x4b270),
+            seg(PT_LOAD, rw, 0xd7a390, 0x50ec),
+            seg(0x6474e552, r, 0xd2e120, 0x4b270), // GNU_RELRO
+        ];
+        let bias = 0x5555_0000_0000;
+        assert_eq!(
+            read_only_ranges(bias, &headers, 0x1000),
+            vec![bias..bias + 0x29c000, bias + 0x29e000..bias + 0xd2d000,]
+        );
+        // A segment inside one page has no whole page to drop.
+        assert!(read_only_ranges(0, &[seg(PT_LOAD, rx, 0x10, 0x100)], 0x1000).is_empty());
+    }
+
+    /// The test binary's own code pages leave its resident set, and the
+    /// code still runs after.
+    #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+    #[test]
+    fn dropped_code_pages_leave_the_resident_set_and_still_run() {
+        let segments = code_segments();
+        assert!(!segments.is_empty(), "this executable's segments are found");
+        let resident = || -> u64 {
+            let status = std::fs::read_to_string("/proc/self/status").unwrap();
+            let line = status.lines().find(|l| l.starts_with("RssFile:")).unwrap();
+            line.split_whitespace().nth(1).unwrap().parse().unwrap()
+        };
+        let before = resident();
+        release_code_pages(&segments);
+        let after = resident();
+        assert!(after < before, "RssFile {before} kB → {after} kB");
+        // Code that ran before runs again (mapped back from the file).
+        only_whole_pages_of_unwritten_segments_are_dropped();
     }
 }

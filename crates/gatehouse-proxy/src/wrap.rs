@@ -535,9 +535,13 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
 
     // The loop's turns, for the idle trim (one relaxed add per turn).
     let turns = Arc::new(AtomicU64::new(0));
+    let code = crate::memory::code_segments();
     tokio::spawn(crate::memory::trim_when_idle(
         Arc::clone(&turns),
-        crate::memory::release_free_memory,
+        move || {
+            crate::memory::release_free_memory();
+            crate::memory::release_code_pages(&code);
+        },
     ));
 
     // One timer for the relay's next deadline and the stop deadline, moved
