@@ -3,8 +3,11 @@
 `gatehouse wrap` runs, for the linker to lay out together
 (crates/gatehouse-cli/build.rs). It runs wrap under callgrind twice, without
 a policy file and with a typical one: start-up, a listing, 300 calls of
-1 KB, idle (pollers, maintenance), shutdown. The functions of a call come
-first, hottest first, then the rest.
+1 KB, idle (pollers, the members' refresh, maintenance, the idle trim),
+shutdown. The functions of a call come first (those idling runs too
+first), then the rest of what idling runs, then the rest (start-up and
+shutdown): the idle trim unmaps the code, and what the pollers map back is
+then two runs of pages, not pages strewn among a call's and start-up's.
 
 Run it after a compiler update (the build warns), a dependency update or
 changes that rename or add much of the call path's code, then rebuild:
@@ -27,7 +30,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/gatehouse-target"))
 OUT = os.path.join(ROOT, "crates/gatehouse-cli/wrap-symbols.txt")
 CALLS = 300
-IDLE_SECS = 4
+# Past the idle trim (2-4 s after the last frame) and two of the members'
+# 5 s refreshes.
+IDLE_SECS = 12
 # A policy with what most have: a denylist, an argument rule, pinning and a
 # cross-server rule (parsed at start, its rules judged on every call).
 POLICY = """
@@ -60,8 +65,8 @@ def build():
 
 
 def drive(gatehouse, peer, profile, home):
-    """Runs wrap under callgrind; `profile` gets three parts: `.1` start-up,
-    `.2` the calls, and the file itself shutdown."""
+    """Runs wrap under callgrind; `profile` gets four parts: `.1` start-up,
+    `.2` the calls, `.3` idle, and the file itself shutdown."""
     env = dict(os.environ, GATEHOUSE_HOME=home, HOME=home)
     argv = ["valgrind", "--tool=callgrind", "--demangle=no", "--compress-strings=no",
             "--compress-pos=no", f"--callgrind-out-file={profile}",
@@ -97,6 +102,7 @@ def drive(gatehouse, peer, profile, home):
     subprocess.run(dump, check=True, capture_output=True)
     # Idle past the pollers' periods and the maintenance run's start.
     time.sleep(IDLE_SECS)
+    subprocess.run(dump, check=True, capture_output=True)
     proc.stdin.close()
     proc.wait()
 
@@ -138,7 +144,7 @@ def main():
     if sys.argv[1:] == ["--check"]:
         sys.exit(0 if check() else 1)
     gatehouse, peer = build()
-    calls, rest = collections.Counter(), collections.Counter()
+    calls, idle, rest = collections.Counter(), collections.Counter(), collections.Counter()
     # Without a policy file (the defaults) and with a typical one.
     for policy in (None, POLICY):
         with tempfile.TemporaryDirectory() as tmp:
@@ -149,9 +155,14 @@ def main():
             os.mkdir(os.path.dirname(profile))
             drive(gatehouse, peer, profile, tmp)
             calls += self_costs(f"{profile}.2", gatehouse)
+            idle += self_costs(f"{profile}.3", gatehouse)
             rest += self_costs(f"{profile}.1", gatehouse) + self_costs(profile, gatehouse)
-    names = [name for name, _ in calls.most_common()]
-    names += [name for name, _ in rest.most_common() if name not in calls]
+    # What both calls and idling run first, so that idling maps back two
+    # runs of pages (this one and its own), not pages all over a call's.
+    names = [name for name, _ in calls.most_common() if name in idle]
+    names += [name for name, _ in calls.most_common() if name not in idle]
+    names += [name for name, _ in idle.most_common() if name not in calls]
+    names += [name for name, _ in rest.most_common() if name not in calls and name not in idle]
     # Linker names only (callgrind also reports addresses and "(below main)").
     names = [name for name in names if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$.]*", name)]
     rustc = subprocess.run(["rustc", "-V"], cwd=ROOT, capture_output=True, text=True,
