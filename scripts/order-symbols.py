@@ -30,9 +30,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/gatehouse-target"))
 OUT = os.path.join(ROOT, "crates/gatehouse-cli/wrap-symbols.txt")
 CALLS = 300
-# Past the idle trim (2-4 s after the last frame) and two of the members'
-# 5 s refreshes.
-IDLE_SECS = 12
+# Past both steps of the idle trim (the code's 30-32 s after the last frame)
+# and the members' 5 s refreshes.
+IDLE_SECS = 36
 # A policy with what most have: a denylist, an argument rule, pinning and a
 # cross-server rule (parsed at start, its rules judged on every call).
 POLICY = """

@@ -10,7 +10,8 @@
 //!   peer (order alternating per pair); p50/p99 of the paired differences
 //!   wrap − direct, for 1 KB, 100 KB and 1 MB payloads (request and result).
 //! * idle RSS of wrap after 1,000 calls (`VmRSS`), 0.5 s after them and
-//!   5 s after them (past wrap's idle trim, 2–4 s after the last frame);
+//!   35 s after them (past both steps of wrap's idle trim: the heap 2–4 s
+//!   after the last frame, the code 30–32 s after it);
 //!   peak RSS with one 10 MB frame each way (`VmHWM`).
 //! * cold start: spawn → `initialize` answer, paired wrap vs direct.
 //! * the floor: the same 1 KB and 8-process measurements through
@@ -368,7 +369,7 @@ fn main() {
     std::thread::sleep(Duration::from_millis(500));
     let idle_rss = wrap.status_kb("VmRSS:");
     let idle_hwm = wrap.status_kb("VmHWM:");
-    std::thread::sleep(Duration::from_millis(4500));
+    std::thread::sleep(Duration::from_millis(34_500));
     let trimmed_rss = wrap.status_kb("VmRSS:");
 
     let mut rows = vec![
@@ -447,7 +448,7 @@ fn main() {
         idle_rss as f64 / 1024.0
     );
     println!(
-        "| wrap idle VmRSS 5 s after 1,000 calls (idle trim done) | {:.1} MB | ≤ 8 MB |",
+        "| wrap idle VmRSS 35 s after 1,000 calls (idle trim done) | {:.1} MB | ≤ 8 MB |",
         trimmed_rss as f64 / 1024.0
     );
     println!(

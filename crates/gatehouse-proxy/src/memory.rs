@@ -8,7 +8,8 @@
 //! its mmap threshold to the size of the first large block freed, up to
 //! 32 MiB, so later large blocks come from the heap and are kept). And
 //! after a run of calls, their freed buffers stay in the allocator's free
-//! lists until wrap has been idle a while ([`trim_when_idle`]).
+//! lists until wrap has been idle a while, and code only start-up ran
+//! stays resident ([`trim_when_idle`]).
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,22 +78,46 @@ pub fn release_code_pages(segments: &[Range<usize>]) {
     let _ = segments;
 }
 
-/// Returns free memory to the system once per idle spell (`trim`:
-/// [`release_free_memory`]): when `turns` (counted by the relay loop) has
-/// not moved for [`IDLE_TRIM_AFTER`], so 2–4 s after the last frame. A busy
-/// relay is never trimmed: the next call would fault the pages in again.
-pub async fn trim_when_idle(turns: Arc<AtomicU64>, mut trim: impl FnMut()) {
+/// What an idle spell gives back, and when.
+pub struct IdleTrim<F, C> {
+    /// Free heap to the system ([`release_free_memory`]), after
+    /// [`IDLE_TRIM_AFTER`]: 2–4 s after the last frame.
+    pub free: F,
+    /// The executable's pages ([`release_code_pages`]), after
+    /// [`CODE_IDLE_AFTER`]: 30–32 s after it. Later than the heap: the call
+    /// after it maps its code back (about 0.1 ms, BENCHMARKS.md), and an
+    /// agent's calls a few seconds apart should not pay that each time.
+    pub code: C,
+}
+
+/// How long wrap reads no frame before its code pages go.
+pub const CODE_IDLE_AFTER: Duration = Duration::from_secs(30);
+
+/// Gives memory back once per idle spell, in the two steps of [`IdleTrim`]:
+/// an idle spell starts when `turns` (counted by the relay loop) stops
+/// moving and ends at its next move. A busy relay is never trimmed: the
+/// next call would fault the pages in again.
+pub async fn trim_when_idle<F: FnMut(), C: FnMut()>(
+    turns: Arc<AtomicU64>,
+    mut trim: IdleTrim<F, C>,
+) {
+    let code_ticks = CODE_IDLE_AFTER.as_secs() / IDLE_TRIM_AFTER.as_secs();
     let mut seen = turns.load(Ordering::Relaxed);
-    let mut trimmed = false;
+    let mut idle_ticks: u64 = 0;
     loop {
         tokio::time::sleep(IDLE_TRIM_AFTER).await;
         let now = turns.load(Ordering::Relaxed);
         if now != seen {
             seen = now;
-            trimmed = false;
-        } else if !trimmed {
-            trim();
-            trimmed = true;
+            idle_ticks = 0;
+            continue;
+        }
+        idle_ticks = idle_ticks.saturating_add(1);
+        if idle_ticks == 1 {
+            (trim.free)();
+        }
+        if idle_ticks == code_ticks {
+            (trim.code)();
         }
     }
 }
@@ -195,31 +220,51 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
 
     #[tokio::test(start_paused = true)]
-    async fn memory_is_trimmed_once_per_idle_spell() {
+    async fn memory_is_trimmed_once_per_idle_spell_and_code_later() {
         let turns = Arc::new(AtomicU64::new(0));
-        let trims = Arc::new(AtomicUsize::new(0));
-        let counted = Arc::clone(&trims);
-        tokio::spawn(trim_when_idle(Arc::clone(&turns), move || {
-            counted.fetch_add(1, Ordering::Relaxed);
-        }));
+        let freed = Arc::new(AtomicUsize::new(0));
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let (f, d) = (Arc::clone(&freed), Arc::clone(&dropped));
+        tokio::spawn(trim_when_idle(
+            Arc::clone(&turns),
+            IdleTrim {
+                free: move || {
+                    f.fetch_add(1, Ordering::Relaxed);
+                },
+                code: move || {
+                    d.fetch_add(1, Ordering::Relaxed);
+                },
+            },
+        ));
+        let counts = || {
+            (
+                freed.load(Ordering::Relaxed),
+                dropped.load(Ordering::Relaxed),
+            )
+        };
         let step = IDLE_TRIM_AFTER / 4;
         // Busy: a turn every quarter of the idle time.
         for _ in 0..20 {
             turns.fetch_add(1, Ordering::Relaxed);
             tokio::time::sleep(step).await;
         }
-        assert_eq!(trims.load(Ordering::Relaxed), 0, "never while busy");
+        assert_eq!(counts(), (0, 0), "never while busy");
         tokio::time::sleep(IDLE_TRIM_AFTER * 2 + step).await;
-        assert_eq!(trims.load(Ordering::Relaxed), 1, "once idle");
-        tokio::time::sleep(IDLE_TRIM_AFTER * 10).await;
-        assert_eq!(trims.load(Ordering::Relaxed), 1, "once per idle spell");
-        turns.fetch_add(1, Ordering::Relaxed);
-        tokio::time::sleep(IDLE_TRIM_AFTER * 3).await;
-        assert_eq!(
-            trims.load(Ordering::Relaxed),
-            2,
-            "and again after the next call"
-        );
+        assert_eq!(counts(), (1, 0), "the heap once idle");
+        tokio::time::sleep(CODE_IDLE_AFTER - IDLE_TRIM_AFTER * 3).await;
+        assert_eq!(counts(), (1, 0), "the code not before its time");
+        tokio::time::sleep(IDLE_TRIM_AFTER * 2).await;
+        assert_eq!(counts(), (1, 1), "the code after it");
+        tokio::time::sleep(CODE_IDLE_AFTER * 10).await;
+        assert_eq!(counts(), (1, 1), "each once per idle spell");
+        // Calls a few seconds apart: the heap after each, the code never.
+        for _ in 0..10 {
+            turns.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(IDLE_TRIM_AFTER * 3).await;
+        }
+        assert_eq!(counts(), (11, 1), "the heap in each pause only");
+        tokio::time::sleep(CODE_IDLE_AFTER).await;
+        assert_eq!(counts(), (11, 2), "and the code in a long one");
     }
 
     /// The program headers of a wrap build (`readelf -lW`, lld's layout):

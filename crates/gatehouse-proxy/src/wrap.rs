@@ -538,9 +538,9 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let code = crate::memory::code_segments();
     tokio::spawn(crate::memory::trim_when_idle(
         Arc::clone(&turns),
-        move || {
-            crate::memory::release_free_memory();
-            crate::memory::release_code_pages(&code);
+        crate::memory::IdleTrim {
+            free: crate::memory::release_free_memory,
+            code: move || crate::memory::release_code_pages(&code),
         },
     ));
 
