@@ -86,7 +86,7 @@ pub struct IdleTrim<F, C> {
     pub free: F,
     /// The executable's pages ([`release_code_pages`]), after
     /// [`CODE_IDLE_AFTER`]: 30–32 s after it. Later than the heap: the call
-    /// after it maps its code back (about 0.1 ms, BENCHMARKS.md), and an
+    /// after it maps its code back (0.2–0.3 ms, BENCHMARKS.md), and an
     /// agent's calls a few seconds apart should not pay that each time.
     pub code: C,
 }
