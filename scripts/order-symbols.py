@@ -159,8 +159,9 @@ def main():
             rest += self_costs(f"{profile}.1", gatehouse) + self_costs(profile, gatehouse)
     # What both calls and idling run first, so that idling maps back two
     # runs of pages (this one and its own), not pages all over a call's.
-    names = [name for name, _ in calls.most_common() if name in idle]
-    names += [name for name, _ in calls.most_common() if name not in idle]
+    hot = [name for name, _ in calls.most_common()]
+    names = [name for name in hot if name in idle]
+    names += [name for name in hot if name not in idle]
     names += [name for name, _ in idle.most_common() if name not in calls]
     names += [name for name, _ in rest.most_common() if name not in calls and name not in idle]
     # Linker names only (callgrind also reports addresses and "(below main)").

@@ -60,10 +60,10 @@ pub fn code_segments() -> Vec<Range<usize>> {
 /// Drops the pages of `segments` ([`code_segments`]) from this process's
 /// resident set (`MADV_DONTNEED`; the mappings stay): the code only
 /// start-up runs (policy parser, rule compiler, migrations) stays resident
-/// otherwise. The file's pages stay in
-/// the page cache, shared with every other wrap; what runs next maps its
-/// pages back (minor faults). Safe for these segments only: nothing ever
-/// writes to them, so the file holds exactly what was mapped.
+/// otherwise. The file's pages stay in the page cache, shared with every
+/// other wrap; what runs next maps its pages back (minor faults). Safe for
+/// these segments only: nothing ever writes to them, so the file holds
+/// exactly what was mapped.
 pub fn release_code_pages(segments: &[Range<usize>]) {
     #[cfg(all(target_os = "linux", target_pointer_width = "64"))]
     for s in segments {

@@ -730,10 +730,10 @@ pub(crate) static ASCII_BLANK_BYTES: [bool; 256] =
 
 /// The maximal runs of at least `min` (≥ 1) bytes of `bytes` whose values
 /// `table` holds, in order. Every output's bytes are searched like this,
-/// three times (base64, hex, padding), so not every byte is looked at: a long enough run covers one of
-/// every `min`-th byte after a byte outside it, and only those bytes, and
-/// the runs through them, are read. Text of short words is passed over a
-/// word at a time.
+/// three times (base64, hex, padding), so not every byte is looked at: a
+/// long enough run covers one of every `min`-th byte after a byte outside
+/// it, and only those bytes, and the runs through them, are read. Text of
+/// short words is passed over a word at a time.
 pub(crate) fn long_runs<'a>(
     bytes: &'a [u8],
     table: &'static [bool; 256],
