@@ -18,7 +18,7 @@ use gatehouse_store::{home, HoldState, Identity, MacKey, NewEvent, Store, StoreO
 use gatehouse_vault::Vault;
 use sha2::{Digest, Sha256};
 use tokio::io::BufReader;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Notify};
 use tracing::{debug, warn};
 
 use crate::adapters::{BoundPolicy, ScannerInspector};
@@ -879,6 +879,8 @@ async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(lines: &mut LineReader<R>
 #[derive(Clone)]
 pub(crate) struct Recorder {
     events: mpsc::UnboundedSender<Record<EngineEvent>>,
+    /// Ends the events writer's gathering window early: a flush is sent.
+    flushing: Arc<Notify>,
     pins: mpsc::UnboundedSender<Record<(String, PinUpdate)>>,
     /// First-sight pins queued and not yet written (another process may
     /// have pinned the tool first).
@@ -905,6 +907,8 @@ impl Recorder {
         let conflicts = events.clone();
         let first_sights = Arc::new(AtomicUsize::new(0));
         let written = Arc::clone(&first_sights);
+        let flushing = Arc::new(Notify::new());
+        let flush_asked = Arc::clone(&flushing);
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(RECORD_BATCH);
             let mut pending = Vec::new();
@@ -912,7 +916,7 @@ impl Recorder {
             // `RECORD_GATHER`, is written in one transaction: one commit per
             // burst of calls instead of one per call.
             while events_rx.recv_many(&mut batch, RECORD_BATCH).await > 0 {
-                gather(&mut events_rx, &mut batch).await;
+                gather(&mut events_rx, &mut batch, &flush_asked).await;
                 let mut flushed = Vec::new();
                 for record in batch.drain(..) {
                     match record {
@@ -954,6 +958,7 @@ impl Recorder {
         });
         Recorder {
             events,
+            flushing,
             pins,
             first_sights,
             reloads,
@@ -994,6 +999,7 @@ impl Recorder {
         let (events_done, events_wait) = tokio::sync::oneshot::channel();
         let (pins_done, pins_wait) = tokio::sync::oneshot::channel();
         let _ = self.events.send(Record::Flush(events_done));
+        self.flushing.notify_one();
         let _ = self.pins.send(Record::Flush(pins_done));
         let both = async {
             let _ = events_wait.await;
@@ -1015,15 +1021,23 @@ const RECORD_BATCH: usize = 256;
 /// call; nobody reading the events notices 20 ms.
 const RECORD_GATHER: Duration = Duration::from_millis(20);
 
-/// Adds to `batch` what arrives within [`RECORD_GATHER`], unless it is full
-/// or asks for a flush (a flush is answered at once).
-async fn gather<T>(rx: &mut mpsc::UnboundedReceiver<Record<T>>, batch: &mut Vec<Record<T>>) {
-    let deadline = tokio::time::Instant::now() + RECORD_GATHER;
-    while batch.len() < RECORD_BATCH && !batch.iter().any(|r| matches!(r, Record::Flush(_))) {
-        let room = RECORD_BATCH - batch.len();
-        match tokio::time::timeout_at(deadline, rx.recv_many(batch, room)).await {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+/// Adds to `batch` what arrives within [`RECORD_GATHER`] (up to
+/// [`RECORD_BATCH`]), or at once when `batch` holds a flush or `flushing`
+/// is notified (a flush is answered at once). The events that arrive
+/// meanwhile do not wake the writer: one timer per batch, not a wake-up
+/// and a timer per call on the relay's thread.
+async fn gather<T>(
+    rx: &mut mpsc::UnboundedReceiver<Record<T>>,
+    batch: &mut Vec<Record<T>>,
+    flushing: &Notify,
+) {
+    if !batch.iter().any(|r| matches!(r, Record::Flush(_))) {
+        let _ = tokio::time::timeout(RECORD_GATHER, flushing.notified()).await;
+    }
+    while batch.len() < RECORD_BATCH {
+        match rx.try_recv() {
+            Ok(record) => batch.push(record),
+            Err(_) => return,
         }
     }
 }
@@ -1606,8 +1620,9 @@ mod tests {
             tokio::time::sleep(RECORD_GATHER).await;
             late.send(Record::Write(3)).unwrap();
         });
+        let flushing = Notify::new();
         let started = tokio::time::Instant::now();
-        gather(&mut rx, &mut batch).await;
+        gather(&mut rx, &mut batch, &flushing).await;
         assert_eq!(started.elapsed(), RECORD_GATHER);
         let written: Vec<u32> = batch
             .drain(..)
@@ -1624,8 +1639,28 @@ mod tests {
         tx.send(Record::Flush(done)).unwrap();
         rx.recv_many(&mut batch, RECORD_BATCH).await;
         let started = tokio::time::Instant::now();
-        gather(&mut rx, &mut batch).await;
+        gather(&mut rx, &mut batch, &flushing).await;
         assert_eq!(started.elapsed(), Duration::ZERO);
+
+        // Nor is one that comes while the writer gathers.
+        batch.clear();
+        tx.send(Record::Write(5)).unwrap();
+        rx.recv_many(&mut batch, RECORD_BATCH).await;
+        let flushing = Arc::new(Notify::new());
+        let notify = Arc::clone(&flushing);
+        let (done, _wait) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            tokio::time::sleep(RECORD_GATHER / 4).await;
+            tx.send(Record::Flush(done)).unwrap();
+            notify.notify_one();
+        });
+        let started = tokio::time::Instant::now();
+        gather(&mut rx, &mut batch, &flushing).await;
+        assert_eq!(started.elapsed(), RECORD_GATHER / 4);
+        assert!(
+            matches!(batch.last(), Some(Record::Flush(_))),
+            "the flush is in the batch"
+        );
     }
 
     #[test]
@@ -1654,6 +1689,7 @@ mod tests {
         let (pins, _pins_rx) = mpsc::unbounded_channel();
         let recorder = Recorder {
             events,
+            flushing: Arc::default(),
             pins,
             first_sights: Arc::default(),
             reloads: watch::channel(None).1,

@@ -531,12 +531,28 @@ pub(crate) struct Str<'a> {
 const MAX_DEPTH: usize = 64;
 const MAX_STRINGS: usize = 10_000;
 
+// Paths are built on every scanned result, so without `format!` (its
+// machinery cost more than the rest of collecting a short result's strings).
 fn join(path: &str, seg: &str) -> String {
     if path.is_empty() {
-        seg.to_string()
-    } else {
-        format!("{path}.{seg}")
+        return seg.to_string();
     }
+    let mut joined = String::with_capacity(path.len() + 1 + seg.len());
+    joined.push_str(path);
+    joined.push('.');
+    joined.push_str(seg);
+    joined
+}
+
+/// `path[i]`.
+fn indexed(path: &str, i: usize) -> String {
+    let i = i.to_string();
+    let mut item = String::with_capacity(path.len() + i.len() + 2);
+    item.push_str(path);
+    item.push('[');
+    item.push_str(&i);
+    item.push(']');
+    item
 }
 
 fn collect_strings<'a>(
@@ -557,7 +573,7 @@ fn collect_strings<'a>(
         }),
         Value::Array(a) => {
             for (i, item) in a.iter().enumerate() {
-                collect_strings(item, format!("{path}[{i}]"), out, keys, depth + 1);
+                collect_strings(item, indexed(&path, i), out, keys, depth + 1);
             }
         }
         Value::Object(m) => {
@@ -582,7 +598,7 @@ fn collect_content_block<'a>(block: &'a Value, path: String, out: &mut Vec<Str<'
     match block {
         Value::Array(items) => {
             for (i, b) in items.iter().enumerate() {
-                collect_content_block(b, format!("{path}[{i}]"), out);
+                collect_content_block(b, indexed(&path, i), out);
             }
         }
         Value::Object(m) => match m.get("type").and_then(Value::as_str) {
@@ -656,6 +672,29 @@ fn collect_call_result<'a>(result: &'a Value, out: &mut Vec<Str<'a>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_results_strings_are_collected_with_their_paths() {
+        let result = serde_json::json!({
+            "content": [
+                {"type": "text", "text": "a"},
+                [{"type": "resource", "resource": {"text": "b"}}],
+            ],
+            "structuredContent": {"rows": [{"note": "c"}, "d"]},
+        });
+        let mut strings = Vec::new();
+        collect_call_result(&result, &mut strings);
+        let paths: Vec<(&str, &str)> = strings.iter().map(|s| (s.path.as_str(), s.text)).collect();
+        assert_eq!(
+            paths,
+            [
+                ("content[0].text", "a"),
+                ("content[1][0].resource.text", "b"),
+                ("structuredContent.rows[0].note", "c"),
+                ("structuredContent.rows[1]", "d"),
+            ]
+        );
+    }
 
     const MIB: usize = 1 << 20;
 
