@@ -1022,8 +1022,9 @@ const RECORD_BATCH: usize = 256;
 const RECORD_GATHER: Duration = Duration::from_millis(20);
 
 /// Adds to `batch` what arrives within [`RECORD_GATHER`] (up to
-/// [`RECORD_BATCH`]), or at once when `batch` holds a flush or `flushing`
-/// is notified (a flush is answered at once). The events that arrive
+/// [`RECORD_BATCH`]), or at once when `batch` is full, holds a flush or
+/// `flushing` is notified (a flush is answered at once; a backlog is
+/// written without waiting). The events that arrive
 /// meanwhile do not wake the writer: one timer per batch, not a wake-up
 /// and a timer per call on the relay's thread.
 async fn gather<T>(
@@ -1031,7 +1032,7 @@ async fn gather<T>(
     batch: &mut Vec<Record<T>>,
     flushing: &Notify,
 ) {
-    if !batch.iter().any(|r| matches!(r, Record::Flush(_))) {
+    if batch.len() < RECORD_BATCH && !batch.iter().any(|r| matches!(r, Record::Flush(_))) {
         let _ = tokio::time::timeout(RECORD_GATHER, flushing.notified()).await;
     }
     while batch.len() < RECORD_BATCH {
@@ -1642,7 +1643,18 @@ mod tests {
         gather(&mut rx, &mut batch, &flushing).await;
         assert_eq!(started.elapsed(), Duration::ZERO);
 
-        // Nor is one that comes while the writer gathers.
+        // Nor is a backlog of a full batch.
+        batch.clear();
+        for n in 0..RECORD_BATCH as u32 {
+            tx.send(Record::Write(n)).unwrap();
+        }
+        rx.recv_many(&mut batch, RECORD_BATCH).await;
+        let started = tokio::time::Instant::now();
+        gather(&mut rx, &mut batch, &flushing).await;
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(batch.len(), RECORD_BATCH);
+
+        // Nor is a flush that comes while the writer gathers.
         batch.clear();
         tx.send(Record::Write(5)).unwrap();
         rx.recv_many(&mut batch, RECORD_BATCH).await;
