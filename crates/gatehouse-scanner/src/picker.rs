@@ -13,10 +13,11 @@
 use std::panic::{RefUnwindSafe, UnwindSafe};
 
 use regex_automata::hybrid::dfa::{Cache as DfaCache, DFA};
+use regex_automata::hybrid::LazyStateID;
 use regex_automata::nfa::thompson::pikevm::{Cache as PikeCache, PikeVM};
 use regex_automata::nfa::thompson::{self, WhichCaptures, NFA};
 use regex_automata::util::pool::Pool;
-use regex_automata::{Input, MatchKind, PatternSet};
+use regex_automata::{Input, MatchError, MatchKind, PatternSet};
 use regex_syntax::hir::Hir;
 
 type MakeCache<C> = Box<dyn Fn() -> C + Send + Sync + UnwindSafe + RefUnwindSafe>;
@@ -85,14 +86,79 @@ impl RulePicker {
     pub fn which(&self, text: &str) -> PatternSet {
         let input = Input::new(text);
         let mut picked = PatternSet::new(self.dfa.pattern_len());
-        match self.dfa.try_which_overlapping_matches(
-            &mut self.dfa_caches.get(),
-            &input,
-            &mut picked,
-        ) {
+        match self.dfa_picks(&mut self.dfa_caches.get(), &input, &mut picked) {
             Ok(()) => picked,
             Err(_) => self.pikevm_picks(&input),
         }
+    }
+
+    /// The lazy DFA's overlapping search, as a set needs it: every rule of
+    /// every match state on the way. The crate's own
+    /// (`try_which_overlapping_matches`) returns at each match and steps
+    /// byte by byte through state kept in memory, 27 instructions a byte
+    /// on prose; here runs of plain transitions go in a tight loop, and a
+    /// match state's rules are taken at once. Search progress is kept, so
+    /// the give-up rule works as in the crate's searches.
+    fn dfa_picks(
+        &self,
+        cache: &mut DfaCache,
+        input: &Input<'_>,
+        picked: &mut PatternSet,
+    ) -> Result<(), MatchError> {
+        let dfa = &self.dfa;
+        let haystack = input.haystack();
+        let mut sid = dfa.start_state_forward(cache, input)?;
+        cache.search_start(0);
+        let mut at = 0;
+        while at < haystack.len() {
+            if sid.is_tagged() {
+                // A match state has transitions like any other.
+                cache.search_update(at);
+                sid = dfa
+                    .next_state(cache, sid, haystack[at])
+                    .map_err(|_| MatchError::gave_up(at))?;
+                at += 1;
+            } else {
+                let mut prev = sid;
+                while at < haystack.len() {
+                    prev = sid;
+                    sid = dfa.next_state_untagged(cache, sid, haystack[at]);
+                    at += 1;
+                    if sid.is_tagged() {
+                        break;
+                    }
+                }
+                if sid.is_unknown() {
+                    // Not computed yet: the transition is made now.
+                    cache.search_update(at - 1);
+                    sid = dfa
+                        .next_state(cache, prev, haystack[at - 1])
+                        .map_err(|_| MatchError::gave_up(at - 1))?;
+                }
+            }
+            if sid.is_match() {
+                take_matches(dfa, cache, sid, picked);
+                if picked.is_full() {
+                    cache.search_finish(at);
+                    return Ok(());
+                }
+            } else if sid.is_dead() {
+                cache.search_finish(at);
+                return Ok(());
+            } else if sid.is_quit() {
+                cache.search_finish(at);
+                return Err(MatchError::quit(haystack[at - 1], at - 1));
+            }
+        }
+        // Matches show one byte late: the end of the text is a transition too.
+        sid = dfa
+            .next_eoi_state(cache, sid)
+            .map_err(|_| MatchError::gave_up(haystack.len()))?;
+        if sid.is_match() {
+            take_matches(dfa, cache, sid, picked);
+        }
+        cache.search_finish(haystack.len());
+        Ok(())
     }
 
     /// The same answer from the PikeVM alone (tests of the fallback).
@@ -101,11 +167,30 @@ impl RulePicker {
         self.pikevm_picks(&Input::new(text))
     }
 
+    /// The crate's own overlapping search (tests of [`Self::dfa_picks`]).
+    #[cfg(test)]
+    pub fn which_by_crate(&self, text: &str) -> Result<PatternSet, MatchError> {
+        let mut picked = PatternSet::new(self.dfa.pattern_len());
+        self.dfa.try_which_overlapping_matches(
+            &mut self.dfa_caches.get(),
+            &Input::new(text),
+            &mut picked,
+        )?;
+        Ok(picked)
+    }
+
     fn pikevm_picks(&self, input: &Input<'_>) -> PatternSet {
         let mut picked = PatternSet::new(self.pikevm.pattern_len());
         self.pikevm
             .which_overlapping_matches(&mut self.pike_caches.get(), input, &mut picked);
         picked
+    }
+}
+
+/// Every rule that matches in match state `sid`.
+fn take_matches(dfa: &DFA, cache: &DfaCache, sid: LazyStateID, picked: &mut PatternSet) {
+    for i in 0..dfa.match_len(cache, sid) {
+        let _ = picked.try_insert(dfa.match_pattern(cache, sid, i));
     }
 }
 
@@ -141,6 +226,10 @@ mod tests {
             &mut probe,
         );
         assert!(gave_up.is_err(), "the lazy DFA should give up here");
+        let mut own = PatternSet::new(2);
+        let own_search =
+            picker.dfa_picks(&mut picker.dfa_caches.get(), &Input::new(&text), &mut own);
+        assert!(own_search.is_err(), "the set's own search gives up too");
         let picked = picker.which(&text);
         assert!(picked.contains(PatternID::must(1)));
         assert!(!picked.contains(PatternID::must(0)), "no 2 after 13 bits");
