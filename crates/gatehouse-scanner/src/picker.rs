@@ -120,9 +120,9 @@ impl RulePicker {
                 at += 1;
             } else {
                 let mut prev = sid;
-                while at < haystack.len() {
+                for &byte in &haystack[at..] {
                     prev = sid;
-                    sid = dfa.next_state_untagged(cache, sid, haystack[at]);
+                    sid = dfa.next_state_untagged(cache, sid, byte);
                     at += 1;
                     if sid.is_tagged() {
                         break;
