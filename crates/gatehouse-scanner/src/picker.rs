@@ -97,8 +97,8 @@ impl RulePicker {
     /// (`try_which_overlapping_matches`) returns at each match and steps
     /// byte by byte through state kept in memory, 27 instructions a byte
     /// on prose; here runs of plain transitions go in a tight loop, and a
-    /// match state's rules are taken at once. Search progress is kept, so
-    /// the give-up rule works as in the crate's searches.
+    /// match state's rules are taken at once. Search progress is kept where
+    /// the crate's searches keep it, for its give-up rule.
     fn dfa_picks(
         &self,
         cache: &mut DfaCache,
