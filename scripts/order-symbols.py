@@ -6,8 +6,9 @@ a policy file and with a typical one: start-up, a listing, 300 calls of
 1 KB, idle (pollers, the members' refresh, maintenance, the idle trim),
 shutdown. The functions of a call come first (those idling runs too
 first), then the rest of what idling runs, then the rest (start-up and
-shutdown): the idle trim unmaps the code, and what the pollers map back is
-then two runs of pages, not pages strewn among a call's and start-up's.
+shutdown): the idle trim drops the code's pages, and what the pollers map
+back is then two runs of pages, not pages strewn among a call's and
+start-up's.
 
 Run it after a compiler update (the build warns), a dependency update or
 changes that rename or add much of the call path's code, then rebuild:
