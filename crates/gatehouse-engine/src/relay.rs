@@ -619,8 +619,10 @@ impl<I: Inspector> Relay<I> {
                 let verdict = self.check_call(id, &tool, msg, now_ms, out);
                 if matches!(verdict, Verdict::Forward) {
                     self.pending.insert(id.clone(), Pending::ToolsCall { tool });
-                    if let Some(token) =
-                        msg.params().and_then(|p| p.pointer("/_meta/progressToken"))
+                    // `get`, not `pointer`: no allocation per call.
+                    if let Some(token) = msg
+                        .params()
+                        .and_then(|p| p.get("_meta")?.get("progressToken"))
                     {
                         self.progress_tokens.insert(id.clone(), token.clone());
                     }
