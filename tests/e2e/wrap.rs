@@ -717,6 +717,43 @@ fn a_server_that_exits_is_noticed_though_its_stdout_stays_open() {
     drop(stdin);
 }
 
+/// A server that exits without a word: wrap ends at once with its code
+/// (nothing waits for a first answer that never came), and the start is
+/// recorded all the same (the second start's launch record moves the
+/// server's last-seen time).
+#[cfg(unix)]
+#[test]
+fn a_server_that_never_speaks_ends_wrap_at_once_and_its_start_is_recorded() {
+    let sb = Sandbox::new();
+    let server = vec!["/bin/sh".to_owned(), "-c".to_owned(), "exit 4".to_owned()];
+    let argv = sb.wrap_argv("silent", &[], &server);
+    for start in 1..=2 {
+        let mut wrap = spawn_wrap(&sb, &argv);
+        let started = Instant::now();
+        let status = exit_within(&mut wrap, 20, "after its silent server exited");
+        let took = started.elapsed();
+        assert_eq!(status.code(), Some(4), "the server's exit code is wrap's");
+        // Its stop grace is 3 s: waiting for it would be a hang.
+        assert!(
+            took < Duration::from_secs(2),
+            "start {start}: wrap took {took:?}"
+        );
+    }
+    let out = sb.gatehouse(&["servers", "--json"]);
+    let listed: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let silent = listed
+        .iter()
+        .find(|s| s["id"] == "silent")
+        .expect("the server is recorded");
+    assert!(
+        silent["last_seen_ms"].as_i64() > silent["first_seen_ms"].as_i64(),
+        "the second start was recorded: {silent}"
+    );
+}
+
 /// A client that leaves while the server takes none of what it sent: wrap
 /// stops the server after its grace instead of waiting on it forever, both
 /// when it read the client's end of stream and when it had stopped reading

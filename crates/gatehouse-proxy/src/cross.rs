@@ -732,9 +732,11 @@ fn judge_local(
 /// Before the server starts: typosquatting. A server id similar to another
 /// known id is a low event; a launched package similar to another configured
 /// package or a popular MCP package is high and the server is held (refused
-/// with the rule) — returns `(rule, reason)` then.
+/// with the rule) — returns `(rule, reason)` then. `servers` is every known
+/// server (read once at start; this one's own row is skipped).
 pub async fn startup_checks(
     store: Option<&Store>,
+    servers: &[gatehouse_store::Server],
     key: &gatehouse_store::MacKey,
     policy: &Policy,
     server_id: &str,
@@ -742,10 +744,6 @@ pub async fn startup_checks(
     events: &mut Vec<EngineEvent>,
 ) -> Option<(String, String)> {
     let ty = &policy.cross_server.typosquat;
-    let servers = match store {
-        Some(s) => s.list_servers().await.unwrap_or_default(),
-        None => Vec::new(),
-    };
     if ty.server_names {
         let ids = servers
             .iter()

@@ -216,9 +216,8 @@ fn collect_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
 
 /// The other servers' fingerprints as a guard, with the table's generation.
 async fn load(store: &Store, key: &GuardKey, caller: &str) -> Option<((i64, i64), SecretGuard)> {
-    let generation = store.fingerprints_generation().await.ok()?;
-    let rows = match store.list_fingerprints().await {
-        Ok(rows) => rows,
+    let (generation, rows) = match store.list_fingerprints().await {
+        Ok(listed) => listed,
         // The process is exiting.
         Err(gatehouse_store::StoreError::Closed) => return None,
         Err(err) => {

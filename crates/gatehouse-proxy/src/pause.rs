@@ -12,6 +12,8 @@ use gatehouse_store::{MacKey, PauseRecord, Store};
 use tokio::sync::watch;
 use tracing::warn;
 
+use crate::ready::Gate;
+
 /// How often the database is asked whether anything changed (one cheap
 /// `PRAGMA data_version`); the pause row is read only after a change.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -26,12 +28,16 @@ pub async fn paused_now(store: Option<&Store>, key: &MacKey) -> bool {
     }
 }
 
-/// A receiver that holds `true` while protection is paused. Without a
-/// database nothing is ever paused.
-pub fn follow(store: Option<Store>, key: MacKey) -> watch::Receiver<bool> {
+/// A receiver that holds `true` while protection is paused, followed from
+/// when `after` opens (until then nothing is paused: enforcement is the
+/// safe side). Without a database nothing is ever paused.
+pub fn follow(store: Option<Store>, key: MacKey, after: Gate) -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     if let Some(store) = store {
-        tokio::spawn(poll(store, key, tx));
+        tokio::spawn(async move {
+            after.wait().await;
+            poll(store, key, tx).await;
+        });
     }
     rx
 }
@@ -92,10 +98,17 @@ mod tests {
             .await
             .unwrap();
         let key = MacKey::new([9; 32]);
-        let mut paused = follow(Some(store.clone()), key.clone());
+        let (opener, after) = crate::ready::gate();
+        let mut paused = follow(Some(store.clone()), key.clone(), after);
         assert!(!*paused.borrow_and_update());
         let now = crate::wrap::now_ms() as i64;
         store.set_pause(&key, now + 1_500, now).await.unwrap();
+        tokio::time::sleep(POLL_INTERVAL * 2).await;
+        assert!(
+            !paused.has_changed().unwrap(),
+            "not followed before the gate opens"
+        );
+        opener.open();
         tokio::time::timeout(Duration::from_secs(5), paused.changed())
             .await
             .expect("noticed within a poll")

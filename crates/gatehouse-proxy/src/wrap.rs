@@ -122,14 +122,20 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             None
         }
     };
-    let (mac_key, fingerprint_key) = load_mac_key(&home_dir).map_err(home_error)?;
+    // Read once: the MAC, fingerprint, guard and taint keys derive from it.
+    let install_key = home::install_key(&home_dir).map_err(home_error)?;
+    let (mac_key, fingerprint_key) = derive_keys(install_key);
     let recorder = Recorder::start(
         store.clone(),
         mac_key.clone(),
         opts.server_id.clone(),
         session.clone(),
     );
-    let policy = settle_policy(from_file, store.as_ref(), &recorder).await;
+    // Start-up writes and the database pollers wait until the server's
+    // first frame has been passed on (crate::ready).
+    let (relay_ready, after_ready) = crate::ready::gate();
+    let (policy, policy_record) =
+        settle_policy(from_file, store.as_ref(), &recorder, after_ready.clone()).await;
     let (scanner, scanner_start) = ScannerInspector::build_when_started(
         scanner_builder(&policy, &fingerprint_key),
         policy.limits.scan_budget,
@@ -137,10 +143,16 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     );
 
     // Identity: the id is bound to the launch command the first time.
+    // Every known server, read once: this one's row and the typosquat
+    // checks below.
     let command_hash = launch_command_hash(&opts.argv);
+    let known = match &store {
+        Some(s) => s.list_servers().await.unwrap_or_default(),
+        None => Vec::new(),
+    };
     let (identity, registered) = match &store {
         Some(s) => match s
-            .identify(&opts.server_id, &command_hash, now_ms() as i64)
+            .identify(&known, &opts.server_id, &command_hash, now_ms() as i64)
             .await
         {
             Ok((identity, registered)) => (Some(identity), registered),
@@ -190,7 +202,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         );
     }
     let mut args: Vec<String> = opts.argv[1..].to_vec();
-    let guard_key = crate::egress::guard_key(&home::install_key(&home_dir).map_err(home_error)?);
+    let guard_key = crate::egress::guard_key(&install_key);
     let mut own_fingerprints = Vec::new();
     let mut keyring_unreadable = None;
     if !mismatch {
@@ -205,8 +217,6 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let Some(exe) = child::resolve_program(&program, path_var.as_ref(), &cwd) else {
         return Err(start_failed(&recorder, WrapError::CommandNotFound(program)).await);
     };
-    // Start-up writes wait until the relay runs (crate::ready).
-    let (relay_ready, after_ready) = crate::ready::gate();
     // Launch pinning (DESIGN §6): a changed executable, script or package
     // is held under on_launch_change = "hold" — no secrets, no tools —
     // until a person approves it.
@@ -278,6 +288,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let mut held = Vec::new(); // issue 5: typosquatting (cross.rs)
     let typosquat = crate::cross::startup_checks(
         store.as_ref(),
+        &known,
         &mac_key,
         &policy,
         &opts.server_id,
@@ -367,16 +378,22 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     };
     drop(args);
     drop(env);
-    // A matched identity was only read; its last-seen time is written once
-    // the relay runs (a launch record writes it anyway), and awaited on the
-    // way out like the launch record.
-    let mut start_record = launch_recording;
-    if let (Some(store), Some(Identity::Match), None) = (&store, &identity, &start_record) {
-        let (store, id, after) = (store.clone(), opts.server_id.clone(), after_ready.clone());
-        start_record = Some(tokio::spawn(async move {
-            after.wait().await;
-            let _ = store.seen(&id, now_ms() as i64).await;
-        }));
+    // A matched identity was only read; its last-seen time is written with
+    // the other start-up writes (a launch record writes it anyway), all
+    // awaited on the way out.
+    let mut start_writes: Vec<_> = policy_record.into_iter().collect();
+    match launch_recording {
+        Some(recording) => start_writes.push(recording),
+        None => {
+            if let (Some(store), Some(Identity::Match)) = (&store, &identity) {
+                let (store, id, after) =
+                    (store.clone(), opts.server_id.clone(), after_ready.clone());
+                start_writes.push(tokio::spawn(async move {
+                    after.wait().await;
+                    let _ = store.seen(&id, now_ms() as i64).await;
+                }));
+            }
+        }
     }
 
     // Secret egress guard (issue 6): publish ours, guard the others'.
@@ -425,6 +442,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             opts.server_id
         ))[..6],
     );
+    let loaded_pins = pins.clone();
     let mut relay = Relay::new(
         ServerInfo {
             server_id: opts.server_id.clone(),
@@ -443,11 +461,12 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             return refuse_loop(relay, &recorder, max_frame).await;
         }
     };
-    // The scanner's build starts when the server first speaks: started
-    // with the server, it took a CPU from the server's own start-up here
-    // (2 cores), delaying its first answer by milliseconds.
-    let mut scanner_start = Some(scanner_start);
-    relay_ready.open();
+    // The scanner's build, the session join, the start-up writes and the
+    // pollers start once the server's first frame has been passed on:
+    // started with the server they took a CPU from its start-up, and with
+    // its first frame from the client waiting for it (2 cores here).
+    let mut first_answer = Some((scanner_start, relay_ready));
+    let mut server_spoke = false;
     gatehouse_protocol::prepare_thread();
     let child_stdin = child
         .stdin
@@ -467,10 +486,12 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             store.clone(),
             mac_key.clone(),
             pin_server_id.clone(),
+            loaded_pins,
+            after_ready.clone(),
             pins_tx,
         ));
     }
-    let mut paused = crate::pause::follow(store.clone(), mac_key.clone());
+    let mut paused = crate::pause::follow(store.clone(), mac_key.clone(), after_ready);
     let mut controls = crate::control::merge(
         pins_rx,
         reloads.clone(),
@@ -520,7 +541,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         me,
         &policy,
         rules,
-        crate::cross::taint_key(&home::install_key(&home_dir)?),
+        crate::cross::taint_key(&install_key),
     );
 
     let mut inbox = crate::inbox::Inbox::new(
@@ -604,10 +625,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 }
             },
             line = next_line(&mut server_lines), if client_out.has_room() => {
-                if let Some(start) = scanner_start.take() {
-                    start.start();
-                    cross.start_joining();
-                }
+                server_spoke = true;
                 match line {
                     Line::Frame(bytes) => relay.on_server_frame(parse_frame(bytes), now_ms()),
                     Line::Oversized(skipped) => {
@@ -676,6 +694,13 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         let (outputs, late_marks) = cross.filter(outputs, &relay).await;
         let outputs = inbox.take(outputs);
         ctx.dispatch(outputs, &mut client_out, &mut server_out);
+        if server_spoke {
+            if let Some((scanner_start, relay_ready)) = first_answer.take() {
+                scanner_start.start();
+                cross.start_joining();
+                relay_ready.open();
+            }
+        }
         // The results went (written now when the pipe had room); their
         // marks are taken on another thread, the session lock released.
         if let Some(late) = late_marks {
@@ -736,9 +761,14 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     }
     cross.leave().await;
     inbox.leave().await;
-    if let Some(recording) = start_record {
-        let _ = tokio::time::timeout(STOP_GRACE, recording).await;
-    }
+    // A server that never spoke: its start-up writes go now.
+    drop(first_answer);
+    let start_writes = async {
+        for write in start_writes {
+            let _ = write.await;
+        }
+    };
+    let _ = tokio::time::timeout(STOP_GRACE, start_writes).await;
     recorder.finish().await;
     if let Some(store) = &store {
         // The last process to close the database folds its write-ahead log
@@ -945,7 +975,10 @@ impl Recorder {
                         Ok(None) => {}
                         Ok(Some(lost)) => {
                             let _ = conflicts.send(Record::Write(lost));
-                            reload.send_replace(Some(load_pins(store, &key, &pin_server).await));
+                            // Unread, the relay keeps its own (the poller reads again).
+                            if let Ok(pins) = read_pins(store, &key, &pin_server).await {
+                                reload.send_replace(Some(pins));
+                            }
                         }
                         Err(err) => eprintln!("gatehouse: could not persist a pin: {err}"),
                     }
@@ -1214,84 +1247,122 @@ async fn persist_pin(
 /// The per-install MAC key (shared with the CLI and the control plane) and
 /// a key derived from it for credential fingerprints in scanner evidence.
 pub fn load_mac_key(home_dir: &Path) -> std::io::Result<(MacKey, [u8; 32])> {
-    let bytes = home::install_key(home_dir)?;
+    home::install_key(home_dir).map(derive_keys)
+}
+
+/// The MAC key and the scanner's fingerprint key of an install key.
+fn derive_keys(bytes: [u8; 32]) -> (MacKey, [u8; 32]) {
     let fingerprint: [u8; 32] = Sha256::new()
         .chain_update(b"gatehouse.fingerprint.v1")
         .chain_update(bytes)
         .finalize()
         .into();
-    Ok((MacKey::new(bytes), fingerprint))
+    (MacKey::new(bytes), fingerprint)
 }
 
+/// The pins as read at start; unreadable, none (DESIGN §8: the relay goes
+/// on as without a database).
 async fn load_pins(store: &Store, key: &MacKey, server_id: &str) -> PinTable {
+    read_pins(store, key, server_id)
+        .await
+        .unwrap_or_else(|err| {
+            warn!(%err, "could not load pins");
+            PinTable::default()
+        })
+}
+
+async fn read_pins(
+    store: &Store,
+    key: &MacKey,
+    server_id: &str,
+) -> gatehouse_store::Result<PinTable> {
     let mut table = PinTable::default();
-    match store.pins_of_server(key, server_id).await {
-        Ok(pins) => {
-            for pin in pins {
-                let state = match pin.state {
-                    gatehouse_store::PinState::Trusted => PinState::Trusted,
-                    gatehouse_store::PinState::Held => PinState::Held,
-                    gatehouse_store::PinState::Quarantined => PinState::Quarantined,
-                    gatehouse_store::PinState::Rejected => PinState::Rejected,
-                };
-                let approved_hash = pin.approved_hash.clone().filter(|_| pin.mac_valid);
-                table.pins.insert(
-                    pin.tool.clone(),
-                    PinEntry {
-                        // A row with a bad MAC is never trusted.
-                        state: if pin.mac_valid { state } else { PinState::Held },
-                        approved_hash,
-                        pending_hash: pin.pending_hash.clone(),
-                    },
-                );
-            }
-        }
-        Err(err) => warn!(%err, "could not load pins"),
+    for pin in store.pins_of_server(key, server_id).await? {
+        let state = match pin.state {
+            gatehouse_store::PinState::Trusted => PinState::Trusted,
+            gatehouse_store::PinState::Held => PinState::Held,
+            gatehouse_store::PinState::Quarantined => PinState::Quarantined,
+            gatehouse_store::PinState::Rejected => PinState::Rejected,
+        };
+        let approved_hash = pin.approved_hash.clone().filter(|_| pin.mac_valid);
+        table.pins.insert(
+            pin.tool.clone(),
+            PinEntry {
+                // A row with a bad MAC is never trusted.
+                state: if pin.mac_valid { state } else { PinState::Held },
+                approved_hash,
+                pending_hash: pin.pending_hash.clone(),
+            },
+        );
     }
-    table
+    Ok(table)
 }
 
 /// Notices approvals: cheap `PRAGMA data_version` polling, pins reloaded only
 /// when another connection committed.
-async fn poll_pins(store: Store, key: MacKey, server_id: String, tx: mpsc::Sender<PinTable>) {
-    let mut last = store.data_version().await.unwrap_or(0);
-    let mut last_pins: Option<PinTable> = None;
+/// Follows the database for changed pins (approvals from the CLI or the
+/// dashboard) once `after` opens. The pins are read again right after the
+/// first `data_version`, so nothing committed since `loaded` was read at
+/// start is missed; a read that fails is tried again at the next poll.
+async fn poll_pins(
+    store: Store,
+    key: MacKey,
+    server_id: String,
+    loaded: PinTable,
+    after: crate::ready::Gate,
+    tx: mpsc::Sender<PinTable>,
+) {
+    after.wait().await;
+    let mut version = store.data_version().await.ok();
+    let mut sent = loaded;
+    let mut stale = true;
     loop {
+        if stale {
+            match read_pins(&store, &key, &server_id).await {
+                Ok(pins) => {
+                    stale = false;
+                    if pins != sent {
+                        sent = pins.clone();
+                        if tx.send(pins).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                // The process is exiting.
+                Err(gatehouse_store::StoreError::Closed) => return,
+                Err(err) => warn!(%err, "could not reload pins; trying again"),
+            }
+        }
         tokio::time::sleep(POLL_INTERVAL).await;
-        let Ok(version) = store.data_version().await else {
-            continue;
-        };
-        if version == last {
-            continue;
-        }
-        last = version;
-        let pins = load_pins(&store, &key, &server_id).await;
-        if last_pins.as_ref() == Some(&pins) {
-            continue;
-        }
-        last_pins = Some(pins.clone());
-        if tx.send(pins).await.is_err() {
+        if tx.is_closed() {
             return;
+        }
+        if let Ok(now) = store.data_version().await {
+            stale |= version.replace(now) != Some(now);
         }
     }
 }
 
 /// The policy in force: the file's when it is valid (remembered as the last
-/// good one), else the last good policy from the database, loudly.
+/// good one once `after` opens, by the task returned), else the last good
+/// policy from the database, loudly.
 async fn settle_policy(
     from_file: Result<LoadedPolicy, gatehouse_config::PolicyError>,
     store: Option<&Store>,
     recorder: &Recorder,
-) -> Policy {
+    after: crate::ready::Gate,
+) -> (Policy, Option<tokio::task::JoinHandle<()>>) {
     match from_file {
         Ok(loaded) => {
-            if let Some(store) = store {
-                // Off the start-up path: nothing before the spawn needs it.
+            let remembering = store.map(|store| {
                 let store = store.clone();
                 let text = loaded.last_good_record();
-                tokio::spawn(async move { remember_good_policy(&store, &text).await });
-            }
-            loaded.policy
+                tokio::spawn(async move {
+                    after.wait().await;
+                    remember_good_policy(&store, &text).await;
+                })
+            });
+            (loaded.policy, remembering)
         }
         Err(err) => {
             eprintln!("gatehouse: policy is invalid, keeping the last good policy:\n{err}");
@@ -1306,7 +1377,7 @@ async fn settle_policy(
                     "policy file is invalid; running on the last good policy: {err}"
                 )),
             );
-            last_good_policy(store).await
+            (last_good_policy(store).await, None)
         }
     }
 }
@@ -1673,6 +1744,43 @@ mod tests {
             matches!(batch.last(), Some(Record::Flush(_))),
             "the flush is in the batch"
         );
+    }
+
+    #[tokio::test]
+    async fn the_pin_poller_reads_what_changed_since_the_start_read() {
+        let home = tempfile::tempdir().unwrap();
+        let store = Store::open(home.path(), StoreOptions::default())
+            .await
+            .unwrap();
+        let key = MacKey::new([3; 32]);
+        let loaded = load_pins(&store, &key, "srv").await;
+        assert!(loaded.is_empty());
+        // Approved after the start read, before the poller's first version.
+        let seen = gatehouse_store::SeenTool {
+            server_id: "srv".into(),
+            name: "echo".into(),
+            hash: "sha256:aa".into(),
+            hash_version: i64::from(HASH_VERSION),
+            definition_json: "{}".into(),
+        };
+        store.record_seen_tool(&key, &seen, 1).await.unwrap();
+        assert!(store
+            .pin_first_sight(&key, "srv", "echo", "sha256:aa", 1)
+            .await
+            .unwrap());
+        let (opener, after) = crate::ready::gate();
+        let (tx, mut rx) = mpsc::channel(1);
+        tokio::spawn(poll_pins(store, key, "srv".into(), loaded, after, tx));
+        tokio::time::sleep(POLL_INTERVAL * 2).await;
+        assert!(rx.try_recv().is_err(), "nothing read before the gate opens");
+        opener.open();
+        let pins = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("read as soon as the gate opens")
+            .unwrap();
+        let echo = pins.get("echo").expect("the approved pin");
+        assert_eq!(echo.state, PinState::Trusted);
+        assert_eq!(echo.approved_hash.as_deref(), Some("sha256:aa"));
     }
 
     #[test]

@@ -59,16 +59,20 @@ impl Store {
         Ok(row)
     }
 
-    /// Every published fingerprint, ordered by server and name.
-    pub async fn list_fingerprints(&self) -> Result<Vec<StoredFingerprint>> {
-        let rows: Vec<(String, String, String)> = sqlx::query_as(
-            "SELECT server_id, name, fingerprint FROM secret_fingerprints \
+    /// Every published fingerprint, ordered by server and name, with their
+    /// generation ([`Store::fingerprints_generation`]) from the same read.
+    pub async fn list_fingerprints(&self) -> Result<((i64, i64), Vec<StoredFingerprint>)> {
+        let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
+            "SELECT server_id, name, fingerprint, updated_ms FROM secret_fingerprints \
              ORDER BY server_id, name",
         )
         .fetch_all(self.pool())
         .await?;
-        rows.into_iter()
-            .map(|(server_id, name, fingerprint)| {
+        let newest = rows.iter().map(|r| r.3).max().unwrap_or(0);
+        let generation = (rows.len() as i64, newest);
+        let fingerprints = rows
+            .into_iter()
+            .map(|(server_id, name, fingerprint, _)| {
                 if [&server_id, &name, &fingerprint]
                     .iter()
                     .any(|f| f.len() > MAX_FIELD)
@@ -84,7 +88,8 @@ impl Store {
                     fingerprint,
                 })
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        Ok((generation, fingerprints))
     }
 }
 
@@ -106,7 +111,8 @@ mod tests {
             .unwrap();
         let gen = store.fingerprints_generation().await.unwrap();
         assert_eq!(gen, (3, 11));
-        let all = store.list_fingerprints().await.unwrap();
+        let (listed, all) = store.list_fingerprints().await.unwrap();
+        assert_eq!(listed, gen, "the list's generation is the same");
         let names: Vec<_> = all
             .iter()
             .map(|f| {
@@ -132,7 +138,8 @@ mod tests {
             .unwrap();
         assert_eq!(store.fingerprints_generation().await.unwrap(), (2, 12));
         store.replace_fingerprints("srv_b", &[], 13).await.unwrap();
-        let all = store.list_fingerprints().await.unwrap();
+        let (listed, all) = store.list_fingerprints().await.unwrap();
+        assert_eq!(listed, (1, 12));
         assert_eq!(all.len(), 1, "empty items remove the server's rows");
         assert_eq!(all[0].fingerprint, "v1:z");
     }

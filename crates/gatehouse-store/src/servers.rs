@@ -233,19 +233,23 @@ impl Store {
         }
     }
 
-    /// [`Store::check_identity`] together with the server's row: one read
-    /// for a known id (wrap's start-up path).
+    /// [`Store::check_identity`] together with the server's row, looked up
+    /// in `known` (every server, from one [`Store::list_servers`] at wrap's
+    /// start, which its typosquat checks read too): a known id costs no
+    /// statement of its own.
     pub async fn identify(
         &self,
+        known: &[Server],
         server_id: &str,
         command_hash: &str,
         now_ms: i64,
     ) -> Result<(Identity, Option<Server>)> {
-        if let Ok(Some(server)) = self.get_server(server_id).await {
+        if let Some(server) = known.iter().find(|s| s.id == server_id) {
             let identity = identity_of(server.command_hash.clone(), command_hash);
-            return Ok((identity, Some(server)));
+            return Ok((identity, Some(server.clone())));
         }
-        // Unknown, or a row that does not read back: the binding decides.
+        // Unknown, or not read (a row that does not read back fails the
+        // whole list): the binding decides.
         let identity = self.check_identity(server_id, command_hash, now_ms).await?;
         Ok((identity, self.get_server(server_id).await.ok().flatten()))
     }
@@ -484,26 +488,31 @@ mod tests {
     #[tokio::test]
     async fn identify_reads_a_known_id_once_and_binds_an_unknown_one() {
         let store = mem().await;
-        let (first, row) = store.identify("a", "h1", 10).await.unwrap();
+        let (first, row) = store.identify(&[], "a", "h1", 10).await.unwrap();
         assert_eq!(first, Identity::FirstSeen);
         assert_eq!(row.unwrap().first_seen_ms, 10, "the new row comes back");
-        let (again, row) = store.identify("a", "h1", 20).await.unwrap();
+        let known = store.list_servers().await.unwrap();
+        let (again, row) = store.identify(&known, "a", "h1", 20).await.unwrap();
         assert_eq!(again, Identity::Match);
         assert_eq!(row.unwrap().last_seen_ms, 10, "a known id is only read");
-        let (other, _) = store.identify("a", "evil", 30).await.unwrap();
+        let (other, _) = store.identify(&known, "a", "evil", 30).await.unwrap();
         assert_eq!(
             other,
             Identity::Mismatch {
                 recorded_hash: "h1".into()
             }
         );
+        // Not among `known` (not read, or not yet): the binding still decides.
+        let (unread, row) = store.identify(&[], "a", "evil", 35).await.unwrap();
+        assert!(matches!(unread, Identity::Mismatch { .. }));
+        assert_eq!(row.unwrap().id, "a");
         // A row that does not read back is still compared by its hash.
         sqlx::query("UPDATE servers SET origin = 'bogus' WHERE id = 'a'")
             .execute(store.pool())
             .await
             .unwrap();
-        assert!(store.get_server("a").await.is_err());
-        let (broken, row) = store.identify("a", "evil", 40).await.unwrap();
+        assert!(store.list_servers().await.is_err());
+        let (broken, row) = store.identify(&[], "a", "evil", 40).await.unwrap();
         assert!(matches!(broken, Identity::Mismatch { .. }) && row.is_none());
     }
 
