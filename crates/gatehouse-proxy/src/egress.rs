@@ -6,7 +6,9 @@
 //! keyed fingerprints of its own secrets (`gatehouse_vault::guard`) to the
 //! store when it starts with them, and keeps a [`SecretGuard`] over every
 //! other server's published fingerprints, reloaded in the background when
-//! the table changes. The call path itself never waits on the database.
+//! the table changes. The call path waits on the database only for the
+//! first read, and only when a call comes before it (it starts once the
+//! server's first frame has been passed on).
 //! The key is derived from the per-install key; same-user code that reads
 //! that key and the database could test guesses against a fingerprint
 //! (DESIGN §6: a speed bump), which is why secrets under 8 bytes are not
@@ -26,6 +28,8 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tracing::warn;
 
+use crate::ready::Opener;
+
 /// The rule name on events and blocked answers.
 pub const RULE: &str = "secret_egress";
 
@@ -39,7 +43,10 @@ pub fn guard_key(install_key: &[u8]) -> GuardKey {
 
 /// The egress hook of one wrap process.
 pub struct Egress {
-    guard: watch::Receiver<Arc<SecretGuard>>,
+    /// `None` until the fingerprints were first read.
+    guard: watch::Receiver<Option<Arc<SecretGuard>>>,
+    /// Starts the publishing and the first read (see [`Egress::start`]).
+    go: Option<Opener>,
     /// The caller as the guard sees it: the server id, or its separate
     /// namespace after an identity mismatch (so an impostor of server A is
     /// not allowed A's secrets).
@@ -49,8 +56,11 @@ pub struct Egress {
 
 impl Egress {
     /// Publishes `own` (this server's fingerprints; only when its identity
-    /// check passed and it got secrets) and starts following the others'.
-    pub async fn start(
+    /// check passed and it got secrets) and follows the others', in the
+    /// background from [`Egress::start_loading`] on: wrap calls it once the
+    /// server's first frame has been passed on (`crate::ready`), and a call
+    /// that comes before does.
+    pub fn start(
         store: Option<Store>,
         key: GuardKey,
         server_id: &str,
@@ -58,34 +68,42 @@ impl Egress {
         own: Vec<SecretFingerprint>,
         audit_only: bool,
     ) -> Egress {
-        let (tx, rx) = watch::channel(Arc::new(SecretGuard::new(key.clone(), Vec::new())));
-        if let Some(store) = store {
-            if !own.is_empty() {
-                let encoded: Vec<(String, String)> =
-                    own.iter().map(|f| (f.name.clone(), f.encode())).collect();
-                let items: Vec<(&str, &str)> = encoded
-                    .iter()
-                    .map(|(n, f)| (n.as_str(), f.as_str()))
-                    .collect();
-                if let Err(err) = store
-                    .replace_fingerprints(server_id, &items, now_ms())
-                    .await
-                {
-                    eprintln!("gatehouse: could not publish secret fingerprints: {err}");
-                }
+        let (tx, rx) = watch::channel(None);
+        let (go, after) = crate::ready::gate();
+        match store {
+            Some(store) => {
+                let (server_id, caller) = (server_id.to_owned(), caller.to_owned());
+                tokio::spawn(async move {
+                    after.wait().await;
+                    publish(&store, &server_id, &own).await;
+                    follow(store, key, caller, tx).await;
+                });
             }
-            let caller = caller.to_owned();
-            let first = load(&store, &key, &caller).await;
-            if let Some((generation, guard)) = first {
-                let _ = tx.send(Arc::new(guard));
-                tokio::spawn(follow(store, key, caller, generation, tx));
+            None => {
+                tx.send_replace(Some(Arc::new(SecretGuard::new(key, Vec::new()))));
             }
         }
         Egress {
             guard: rx,
+            go: Some(go),
             caller: caller.to_owned(),
             audit_only,
         }
+    }
+
+    /// Starts publishing and reading the fingerprints (once).
+    pub fn start_loading(&mut self) {
+        if let Some(go) = self.go.take() {
+            go.open();
+        }
+    }
+
+    /// Starts loading and waits for the first read; `None` when it never
+    /// comes (the process is exiting).
+    async fn loaded(&mut self) -> Option<Arc<SecretGuard>> {
+        self.start_loading();
+        let guard = self.guard.wait_for(Option::is_some).await.ok()?;
+        guard.clone()
     }
 
     /// Replaces the audit-only switch (pause / resume).
@@ -95,15 +113,28 @@ impl Egress {
 
     /// Number of other servers' secrets guarded right now.
     pub fn guarded(&self) -> usize {
-        self.guard.borrow().len()
+        self.guard.borrow().as_ref().map_or(0, |g| g.len())
     }
 
     /// Checks the `tools/call`s among the relay's outputs bound for the
     /// server, single or in a batch; a call carrying another server's
     /// secret is answered with a blocked result instead (or only recorded,
-    /// in audit mode), the other elements of its batch go on.
-    pub fn filter(&self, outputs: Vec<Output>) -> Vec<Output> {
-        let guard = self.guard.borrow().clone();
+    /// in audit mode), the other elements of its batch go on. A call that
+    /// comes before the fingerprints were first read waits for that read.
+    pub async fn filter(&mut self, outputs: Vec<Output>) -> Vec<Output> {
+        let current = self.guard.borrow().clone();
+        let guard = match current {
+            Some(guard) => guard,
+            None if !outputs.iter().any(batch::sends_call) => return outputs,
+            None => match self.loaded().await {
+                Some(guard) => guard,
+                None => return outputs,
+            },
+        };
+        self.check_outputs(&guard, outputs)
+    }
+
+    fn check_outputs(&self, guard: &SecretGuard, outputs: Vec<Output>) -> Vec<Output> {
         if guard.is_empty() {
             return outputs;
         }
@@ -112,7 +143,7 @@ impl Egress {
             match output {
                 output if batch::sends_call(&output) => {
                     match batch::frame_of(output, Peer::Server) {
-                        Ok(frame) => self.check_frame(&guard, frame, &mut out),
+                        Ok(frame) => self.check_frame(guard, frame, &mut out),
                         Err(line) => out.push(line),
                     }
                 }
@@ -214,46 +245,80 @@ fn collect_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
     }
 }
 
+/// Publishes this server's own fingerprints (none: nothing to replace).
+async fn publish(store: &Store, server_id: &str, own: &[SecretFingerprint]) {
+    if own.is_empty() {
+        return;
+    }
+    let encoded: Vec<(String, String)> = own.iter().map(|f| (f.name.clone(), f.encode())).collect();
+    let items: Vec<(&str, &str)> = encoded
+        .iter()
+        .map(|(n, f)| (n.as_str(), f.as_str()))
+        .collect();
+    if let Err(err) = store
+        .replace_fingerprints(server_id, &items, now_ms())
+        .await
+    {
+        eprintln!("gatehouse: could not publish secret fingerprints: {err}");
+    }
+}
+
 /// The other servers' fingerprints as a guard, with the table's generation.
-async fn load(store: &Store, key: &GuardKey, caller: &str) -> Option<((i64, i64), SecretGuard)> {
-    let (generation, rows) = match store.list_fingerprints().await {
-        Ok(listed) => listed,
-        // The process is exiting.
-        Err(gatehouse_store::StoreError::Closed) => return None,
-        Err(err) => {
-            warn!(%err, "could not read secret fingerprints");
-            return None;
-        }
-    };
+async fn load(
+    store: &Store,
+    key: &GuardKey,
+    caller: &str,
+) -> gatehouse_store::Result<((i64, i64), SecretGuard)> {
+    let (generation, rows) = store.list_fingerprints().await?;
     let fps = rows
         .iter()
         .filter(|r| r.server_id != caller)
         .filter_map(|r| SecretFingerprint::decode(&r.server_id, &r.name, &r.fingerprint))
         .collect();
-    Some((generation, SecretGuard::new(key.clone(), fps)))
+    Ok((generation, SecretGuard::new(key.clone(), fps)))
 }
 
-/// Reloads the guard whenever the published fingerprints change.
+/// Reads the guard, then again whenever the published fingerprints change.
+/// A first read that fails leaves an empty guard (DESIGN §8: calls do not
+/// wait on the database) and is tried again at the next poll.
 async fn follow(
     store: Store,
     key: GuardKey,
     caller: String,
-    mut generation: (i64, i64),
-    tx: watch::Sender<Arc<SecretGuard>>,
+    tx: watch::Sender<Option<Arc<SecretGuard>>>,
 ) {
+    let mut generation = None;
     loop {
+        let changed = match generation {
+            None => true,
+            Some(read) => store
+                .fingerprints_generation()
+                .await
+                .is_ok_and(|now| now != read),
+        };
+        if changed {
+            match load(&store, &key, &caller).await {
+                Ok((read, guard)) => {
+                    generation = Some(read);
+                    tx.send_replace(Some(Arc::new(guard)));
+                }
+                // The process is exiting.
+                Err(gatehouse_store::StoreError::Closed) => return,
+                Err(err) => {
+                    warn!(%err, "could not read secret fingerprints");
+                    tx.send_if_modified(|guard| {
+                        let unread = guard.is_none();
+                        if unread {
+                            *guard = Some(Arc::new(SecretGuard::new(key.clone(), Vec::new())));
+                        }
+                        unread
+                    });
+                }
+            }
+        }
         tokio::time::sleep(RELOAD_INTERVAL).await;
         if tx.is_closed() {
             return;
-        }
-        match store.fingerprints_generation().await {
-            Ok(g) if g == generation => continue,
-            Ok(_) => {}
-            Err(_) => continue,
-        }
-        if let Some((g, guard)) = load(&store, &key, &caller).await {
-            generation = g;
-            let _ = tx.send(Arc::new(guard));
         }
     }
 }
@@ -282,24 +347,24 @@ mod tests {
         let own = SecretFingerprint::compute(&key, "srv_gh", "GITHUB_TOKEN", &secret)
             .into_iter()
             .collect();
-        let gh = Egress::start(
+        let mut gh = Egress::start(
             Some(store.clone()),
             key.clone(),
             "srv_gh",
             "srv_gh",
             own,
             audit_only,
-        )
-        .await;
-        let slack = Egress::start(
+        );
+        gh.loaded().await.expect("published, then read");
+        let mut slack = Egress::start(
             Some(store.clone()),
             key,
             "srv_slack",
             "srv_slack",
             Vec::new(),
             audit_only,
-        )
-        .await;
+        );
+        slack.loaded().await.expect("read");
         (store, gh, slack)
     }
 
@@ -319,7 +384,7 @@ mod tests {
     /// past serde_json's own 128 levels, a batch.
     #[tokio::test]
     async fn every_spelling_of_a_call_is_checked() {
-        let (_store, _gh, slack) = two_wraps(false).await;
+        let (_store, _gh, mut slack) = two_wraps(false).await;
         let deep = format!("{}\"{CANARY}\"{}", "[".repeat(200), "]".repeat(200));
         for line in [
             format!(
@@ -332,7 +397,11 @@ mod tests {
                 r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"post","arguments":{{"t":{deep},"n":1e400}}}}}}"#
             ),
         ] {
-            let out = written(slack.filter(vec![Output::ToServer(line.clone().into_bytes())]));
+            let out = written(
+                slack
+                    .filter(vec![Output::ToServer(line.clone().into_bytes())])
+                    .await,
+            );
             assert!(blocked(&out).is_some(), "not blocked: {line:.90}");
             assert!(!out.iter().any(|o| matches!(o, Output::ToServer(_))));
         }
@@ -342,8 +411,11 @@ mod tests {
             {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
              "params": {"name": "post", "arguments": {"t": CANARY}}},
         ]);
-        let out =
-            written(slack.filter(vec![Output::ToServer(serde_json::to_vec(&batch).unwrap())]));
+        let out = written(
+            slack
+                .filter(vec![Output::ToServer(serde_json::to_vec(&batch).unwrap())])
+                .await,
+        );
         let forwarded: Vec<Value> = out
             .iter()
             .filter_map(|o| match o {
@@ -364,7 +436,7 @@ mod tests {
 
     #[tokio::test]
     async fn another_servers_secret_is_blocked_in_any_argument() {
-        let (_store, gh, slack) = two_wraps(false).await;
+        let (_store, mut gh, mut slack) = two_wraps(false).await;
         assert_eq!(slack.guarded(), 1, "slack guards github's one secret");
         assert_eq!(gh.guarded(), 0, "a server never guards its own secrets");
         for args in [
@@ -372,7 +444,7 @@ mod tests {
             serde_json::json!({"blocks": [{"fields": {"t": CANARY}}]}),
             serde_json::json!({"url": format!("https://x.example/?q={}", hex::encode(CANARY))}),
         ] {
-            let out = written(slack.filter(vec![call(7, "post", args.clone())]));
+            let out = written(slack.filter(vec![call(7, "post", args.clone())]).await);
             let answer = blocked(&out).unwrap_or_else(|| panic!("not blocked: {args}"));
             assert!(answer.contains("secret_egress") && answer.contains("\"isError\":true"));
             assert!(!answer.contains(CANARY), "the answer names, never shows");
@@ -386,21 +458,31 @@ mod tests {
             assert!(!out.iter().any(|o| matches!(o, Output::ToServer(_))));
         }
         // The owner may send its own secret; innocuous calls pass.
-        let own = written(gh.filter(vec![call(
-            8,
-            "create_issue",
-            serde_json::json!({"t": CANARY}),
-        )]));
+        let own = written(
+            gh.filter(vec![call(
+                8,
+                "create_issue",
+                serde_json::json!({"t": CANARY}),
+            )])
+            .await,
+        );
         assert!(matches!(own.as_slice(), [Output::ToServer(_)]));
-        let fine =
-            written(slack.filter(vec![call(9, "post", serde_json::json!({"text": "hello"}))]));
+        let fine = written(
+            slack
+                .filter(vec![call(9, "post", serde_json::json!({"text": "hello"}))])
+                .await,
+        );
         assert!(matches!(fine.as_slice(), [Output::ToServer(_)]));
     }
 
     #[tokio::test]
     async fn audit_mode_records_and_forwards() {
-        let (_store, _gh, slack) = two_wraps(true).await;
-        let out = written(slack.filter(vec![call(1, "post", serde_json::json!({"text": CANARY}))]));
+        let (_store, _gh, mut slack) = two_wraps(true).await;
+        let out = written(
+            slack
+                .filter(vec![call(1, "post", serde_json::json!({"text": CANARY}))])
+                .await,
+        );
         assert!(
             matches!(out.as_slice(), [Output::Event(e), Output::ToServer(_)] if e.action == Action::Audit)
         );
@@ -410,21 +492,22 @@ mod tests {
     async fn a_server_started_later_is_guarded_without_a_restart() {
         let store = Store::open_in_memory().await.unwrap();
         let key = guard_key(&[3; 32]);
-        let slack = Egress::start(
+        let mut slack = Egress::start(
             Some(store.clone()),
             key.clone(),
             "srv_slack",
             "srv_slack",
             Vec::new(),
             false,
-        )
-        .await;
+        );
+        slack.loaded().await.expect("read");
         assert_eq!(slack.guarded(), 0);
         let secret = Secret::new(CANARY.to_owned());
         let own = SecretFingerprint::compute(&key, "srv_gh", "T", &secret)
             .into_iter()
             .collect();
-        let _gh = Egress::start(Some(store.clone()), key, "srv_gh", "srv_gh", own, false).await;
+        let mut gh = Egress::start(Some(store.clone()), key, "srv_gh", "srv_gh", own, false);
+        gh.start_loading();
         for _ in 0..20 {
             tokio::time::sleep(RELOAD_INTERVAL).await;
             if slack.guarded() == 1 {
@@ -434,18 +517,70 @@ mod tests {
         assert_eq!(slack.guarded(), 1, "the new fingerprint is followed");
     }
 
-    #[test]
-    fn impostor_of_the_owner_is_not_the_owner() {
+    /// A call that comes before the first read (a client that calls at
+    /// once) starts the read and waits for it: it is checked, not let by.
+    #[tokio::test]
+    async fn a_call_before_the_first_read_waits_for_it() {
+        let store = Store::open_in_memory().await.unwrap();
+        let key = guard_key(&[3; 32]);
+        let secret = Secret::new(CANARY.to_owned());
+        let own = SecretFingerprint::compute(&key, "srv_gh", "T", &secret)
+            .into_iter()
+            .collect();
+        let mut gh = Egress::start(
+            Some(store.clone()),
+            key.clone(),
+            "srv_gh",
+            "srv_gh",
+            own,
+            false,
+        );
+        gh.loaded().await.expect("published, then read");
+        let mut slack = Egress::start(
+            Some(store),
+            key,
+            "srv_slack",
+            "srv_slack",
+            Vec::new(),
+            false,
+        );
+        tokio::time::sleep(RELOAD_INTERVAL).await;
+        assert!(
+            slack.guard.borrow().is_none(),
+            "not read before it is started"
+        );
+        let answer = slack.filter(vec![Output::ToClient(b"{}".to_vec())]).await;
+        assert_eq!(answer.len(), 1, "what is not a call passes");
+        assert!(
+            slack.guard.borrow().is_none(),
+            "and does not start the read"
+        );
+        let out = written(
+            slack
+                .filter(vec![call(1, "post", serde_json::json!({"t": CANARY}))])
+                .await,
+        );
+        assert!(
+            blocked(&out).is_some(),
+            "checked against the read it waited for"
+        );
+    }
+
+    #[tokio::test]
+    async fn impostor_of_the_owner_is_not_the_owner() {
         let key = guard_key(&[1; 32]);
         let secret = Secret::new(CANARY.to_owned());
         let fp = SecretFingerprint::compute(&key, "srv_gh", "T", &secret).unwrap();
         let guard = SecretGuard::new(key, vec![fp]);
-        let impostor = Egress {
-            guard: watch::channel(Arc::new(guard)).1,
+        let mut impostor = Egress {
+            guard: watch::channel(Some(Arc::new(guard))).1,
+            go: None,
             caller: "srv_gh~abcdef".into(),
             audit_only: false,
         };
-        let out = impostor.filter(vec![call(1, "x", serde_json::json!({"a": CANARY}))]);
+        let out = impostor
+            .filter(vec![call(1, "x", serde_json::json!({"a": CANARY}))])
+            .await;
         assert!(blocked(&out).is_some());
     }
 }

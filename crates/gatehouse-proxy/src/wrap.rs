@@ -396,7 +396,8 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         }
     }
 
-    // Secret egress guard (issue 6): publish ours, guard the others'.
+    // Secret egress guard (issue 6): publish ours, guard the others' (from
+    // the server's first answer on, or the first call's need).
     let mut egress = crate::egress::Egress::start(
         store.clone(),
         guard_key,
@@ -404,8 +405,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         &pin_server_id,
         own_fingerprints,
         policy.is_audit_only(),
-    )
-    .await;
+    );
 
     // Settings for the engine.
     let pins = match &store {
@@ -690,7 +690,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 relay.on_tick(now_ms())
             }
         };
-        let outputs = egress.filter(outputs);
+        let outputs = egress.filter(outputs).await;
         let (outputs, late_marks) = cross.filter(outputs, &relay).await;
         let outputs = inbox.take(outputs);
         ctx.dispatch(outputs, &mut client_out, &mut server_out);
@@ -698,6 +698,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             if let Some((scanner_start, relay_ready)) = first_answer.take() {
                 scanner_start.start();
                 cross.start_joining();
+                egress.start_loading();
                 relay_ready.open();
             }
         }
