@@ -340,7 +340,8 @@ mod tests {
         )
     }
 
-    async fn two_wraps(audit_only: bool) -> (Store, Egress, Egress) {
+    /// GitHub's wrap, its token published, and Slack's, its guard not read yet.
+    async fn two_wraps_unread(audit_only: bool) -> (Store, Egress, Egress) {
         let store = Store::open_in_memory().await.unwrap();
         let key = guard_key(&[3; 32]);
         let secret = Secret::new(CANARY.to_owned());
@@ -356,7 +357,7 @@ mod tests {
             audit_only,
         );
         gh.loaded().await.expect("published, then read");
-        let mut slack = Egress::start(
+        let slack = Egress::start(
             Some(store.clone()),
             key,
             "srv_slack",
@@ -364,6 +365,11 @@ mod tests {
             Vec::new(),
             audit_only,
         );
+        (store, gh, slack)
+    }
+
+    async fn two_wraps(audit_only: bool) -> (Store, Egress, Egress) {
+        let (store, gh, mut slack) = two_wraps_unread(audit_only).await;
         slack.loaded().await.expect("read");
         (store, gh, slack)
     }
@@ -521,29 +527,7 @@ mod tests {
     /// once) starts the read and waits for it: it is checked, not let by.
     #[tokio::test]
     async fn a_call_before_the_first_read_waits_for_it() {
-        let store = Store::open_in_memory().await.unwrap();
-        let key = guard_key(&[3; 32]);
-        let secret = Secret::new(CANARY.to_owned());
-        let own = SecretFingerprint::compute(&key, "srv_gh", "T", &secret)
-            .into_iter()
-            .collect();
-        let mut gh = Egress::start(
-            Some(store.clone()),
-            key.clone(),
-            "srv_gh",
-            "srv_gh",
-            own,
-            false,
-        );
-        gh.loaded().await.expect("published, then read");
-        let mut slack = Egress::start(
-            Some(store),
-            key,
-            "srv_slack",
-            "srv_slack",
-            Vec::new(),
-            false,
-        );
+        let (_store, _gh, mut slack) = two_wraps_unread(false).await;
         tokio::time::sleep(RELOAD_INTERVAL).await;
         assert!(
             slack.guard.borrow().is_none(),
