@@ -1,6 +1,7 @@
 //! Start-up work that waits for a moment: the start-up writes, the database
-//! pollers, the scanner's build and the session join wait until the
-//! server's first frame has been passed on to the client. Before, they
+//! pollers, the egress guard's first read, the scanner's build and the
+//! session join wait until the server's first frame has been passed on to
+//! the client. Before, they
 //! would take wrap's one database connection from the reads the relay's
 //! set-up needs (the first write of a process also syncs the journal), or
 //! a CPU from the server's start-up and from the client reading that frame.

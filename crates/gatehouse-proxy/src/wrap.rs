@@ -133,9 +133,9 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     );
     // Start-up writes and the database pollers wait until the server's
     // first frame has been passed on (crate::ready).
-    let (relay_ready, after_ready) = crate::ready::gate();
+    let (answered, after_answer) = crate::ready::gate();
     let (policy, policy_record) =
-        settle_policy(from_file, store.as_ref(), &recorder, after_ready.clone()).await;
+        settle_policy(from_file, store.as_ref(), &recorder, after_answer.clone()).await;
     let (scanner, scanner_start) = ScannerInspector::build_when_started(
         scanner_builder(&policy, &fingerprint_key),
         policy.limits.scan_budget,
@@ -231,7 +231,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 registered.as_ref().and_then(|s| s.launch.as_ref()),
                 policy.pinning.on_launch_change == gatehouse_config::OnLaunchChange::Hold,
                 &recorder,
-                after_ready.clone(),
+                after_answer.clone(),
             )
             .await;
             (checked.held, Some(checked.recording))
@@ -387,7 +387,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         None => {
             if let (Some(store), Some(Identity::Match)) = (&store, &identity) {
                 let (store, id, after) =
-                    (store.clone(), opts.server_id.clone(), after_ready.clone());
+                    (store.clone(), opts.server_id.clone(), after_answer.clone());
                 start_writes.push(tokio::spawn(async move {
                     after.wait().await;
                     let _ = store.seen(&id, now_ms() as i64).await;
@@ -457,7 +457,8 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         Start::Refuse { rule, reason } => {
             relay.refuse(&rule, &reason);
             eprintln!("gatehouse: refusing to start {server_name}: {reason} ({rule})");
-            relay_ready.open();
+            // No server will answer: the start-up writes go now.
+            answered.open();
             return refuse_loop(relay, &recorder, max_frame).await;
         }
     };
@@ -465,7 +466,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     // pollers start once the server's first frame has been passed on:
     // started with the server they took a CPU from its start-up, and with
     // its first frame from the client waiting for it (2 cores here).
-    let mut first_answer = Some((scanner_start, relay_ready));
+    let mut first_answer = Some((scanner_start, answered));
     let mut server_spoke = false;
     gatehouse_protocol::prepare_thread();
     let child_stdin = child
@@ -487,11 +488,11 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             mac_key.clone(),
             pin_server_id.clone(),
             loaded_pins,
-            after_ready.clone(),
+            after_answer.clone(),
             pins_tx,
         ));
     }
-    let mut paused = crate::pause::follow(store.clone(), mac_key.clone(), after_ready);
+    let mut paused = crate::pause::follow(store.clone(), mac_key.clone(), after_answer);
     let mut controls = crate::control::merge(
         pins_rx,
         reloads.clone(),
@@ -695,11 +696,11 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         let outputs = inbox.take(outputs);
         ctx.dispatch(outputs, &mut client_out, &mut server_out);
         if server_spoke {
-            if let Some((scanner_start, relay_ready)) = first_answer.take() {
+            if let Some((scanner_start, answered)) = first_answer.take() {
                 scanner_start.start();
                 cross.start_joining();
                 egress.start_loading();
-                relay_ready.open();
+                answered.open();
             }
         }
         // The results went (written now when the pipe had room); their
@@ -1299,12 +1300,11 @@ async fn read_pins(
     Ok(table)
 }
 
-/// Notices approvals: cheap `PRAGMA data_version` polling, pins reloaded only
-/// when another connection committed.
-/// Follows the database for changed pins (approvals from the CLI or the
-/// dashboard) once `after` opens. The pins are read again right after the
-/// first `data_version`, so nothing committed since `loaded` was read at
-/// start is missed; a read that fails is tried again at the next poll.
+/// Notices approvals (from the CLI or the dashboard) once `after` opens:
+/// cheap `PRAGMA data_version` polling, pins read again only after a
+/// commit, and once right after the first `data_version`, so nothing
+/// committed since `loaded` was read at start is missed; a read that fails
+/// is tried again at the next poll.
 async fn poll_pins(
     store: Store,
     key: MacKey,
