@@ -178,6 +178,17 @@ fn inherited(names: &[&str]) -> Vec<(String, String)> {
 }
 
 fn drive(peers: &Peers, sb: &Sandbox, launch: &Launch, log: &Path) -> Driver {
+    match try_drive(peers, sb, launch, log) {
+        Ok(d) => d,
+        Err(e) => panic!(
+            "initialize refused: {e}\nwrap stderr:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        ),
+    }
+}
+
+/// [`drive`], or the error that answered `initialize`.
+fn try_drive(peers: &Peers, sb: &Sandbox, launch: &Launch, log: &Path) -> Result<Driver, Value> {
     let env: Vec<(&str, &str)> = launch
         .env
         .iter()
@@ -190,13 +201,7 @@ fn drive(peers: &Peers, sb: &Sandbox, launch: &Launch, log: &Path) -> Driver {
         cwd: Some(&launch.cwd),
         ..DriverOptions::default()
     };
-    match Driver::try_start(peers, sb, &launch.argv, opts) {
-        Ok(d) => d,
-        Err(e) => panic!(
-            "initialize refused: {e}\nwrap stderr:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        ),
-    }
+    Driver::try_start(peers, sb, &launch.argv, opts)
 }
 
 fn call_json(d: &mut Driver, tool: &str, args: Value) -> Value {
@@ -451,6 +456,11 @@ fn cursor_launch(
     cwd: &Path,
     log: &Path,
 ) -> Driver {
+    drive(peers, sb, &cursor_entry(sb, file, name, cwd), log)
+}
+
+/// How Cursor launches entry `name` of `file`.
+fn cursor_entry(sb: &Sandbox, file: &Path, name: &str, cwd: &Path) -> Launch {
     let v: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
     let entry = &v["mcpServers"][name];
     let mut env = sb.envs();
@@ -459,17 +469,12 @@ fn cursor_launch(
     }
     let mut argv = vec![entry["command"].as_str().unwrap().to_owned()];
     argv.extend(str_list(&entry["args"]));
-    drive(
-        peers,
-        sb,
-        &Launch {
-            argv,
-            env,
-            clear_env: false,
-            cwd: cwd.to_path_buf(),
-        },
-        log,
-    )
+    Launch {
+        argv,
+        env,
+        clear_env: false,
+        cwd: cwd.to_path_buf(),
+    }
 }
 
 #[test]
@@ -616,6 +621,104 @@ fn a_project_config_posing_as_a_protected_server_gets_no_secrets() {
             &gh,
         ],
     );
+}
+
+/// Marks the sandbox's database as written by a newer Gatehouse (`newer`)
+/// or takes that mark away: with it, wrap cannot open the database.
+fn mark_database_newer(peers: &Peers, sb: &Sandbox, newer: bool) {
+    let sql = if newer {
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99999, 'from a newer build', 1, x'00', 0)"
+    } else {
+        "DELETE FROM _sqlx_migrations WHERE version = 99999"
+    };
+    let out = Command::new(python(peers))
+        .args(["-c", "import sqlite3, sys\ndb = sqlite3.connect(sys.argv[1], timeout=10)\ndb.execute(sys.argv[2]); db.commit()"])
+        .arg(sb.gatehouse_home().join("gatehouse.db"))
+        .arg(sql)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_server_whose_identity_cannot_be_checked_gets_no_secrets() {
+    if !keyring_available("unverified identity e2e") {
+        return;
+    }
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    protected_cursor(&peers, &sb);
+    let global = sb.user_home().join(".cursor/mcp.json");
+    let logs = sb.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let launch =
+        |log: &str| cursor_launch(&peers, &sb, &global, "github", sb.path(), &logs.join(log));
+
+    // With no database to check its launch command against, the genuine
+    // entry starts (DESIGN §8) but without its secret (DESIGN §2).
+    mark_database_newer(&peers, &sb, true);
+    let mut d = launch("unverified.log");
+    assert_eq!(
+        env_digest(&mut d, "GITHUB_TOKEN"),
+        None,
+        "no identity, no secret"
+    );
+    d.quit();
+    let said = std::fs::read_to_string(logs.join("unverified.log")).unwrap();
+    assert!(
+        said.contains("WITHOUT its secrets") && said.contains("cannot be checked"),
+        "a stderr line says why: {said}"
+    );
+    assert!(!said.contains(GITHUB_TOKEN), "{said}");
+
+    // A config that claims the id with another command, asking for the
+    // secret by placeholder: nothing can tell it from the genuine entry,
+    // so it gets nothing either.
+    let github = cursor_entry(&sb, &global, "github", sb.path());
+    let mut impostor = cursor_entry(&sb, &global, "github", sb.path());
+    impostor
+        .argv
+        .extend(["--token".to_owned(), "{{vault:GITHUB_TOKEN}}".to_owned()]);
+    let mut d = drive(&peers, &sb, &impostor, &logs.join("impostor.log"));
+    let args = call_json(&mut d, "arg_digests", json!({}));
+    assert_eq!(
+        args[1],
+        json!(sha("{{vault:GITHUB_TOKEN}}")),
+        "the placeholder is not expanded"
+    );
+    d.quit();
+
+    // With fail_closed it is not started at all.
+    let policy = sb.gatehouse_home().join("policy.toml");
+    let kept = std::fs::read(&policy).unwrap_or_default();
+    sb.write_policy("fail_closed = true\n");
+    match try_drive(&peers, &sb, &github, &logs.join("refused.log")) {
+        Ok(d) => {
+            d.quit();
+            panic!("fail_closed must refuse a server whose identity cannot be checked")
+        }
+        Err(error) => assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("identity.unverified")),
+            "the refusal names the rule: {error}"
+        ),
+    }
+    std::fs::write(&policy, kept).unwrap();
+
+    // The database back: the same entry gets its secret again (the control).
+    mark_database_newer(&peers, &sb, false);
+    let mut d = launch("verified.log");
+    assert_eq!(
+        env_digest(&mut d, "GITHUB_TOKEN").as_deref(),
+        Some(sha(GITHUB_TOKEN).as_str())
+    );
+    d.quit();
 }
 
 /// Slack's `post` carrying `text` is refused by the egress guard, and the

@@ -156,11 +156,17 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             .await
         {
             Ok((identity, registered)) => (Some(identity), registered),
-            Err(_) => (None, None),
+            Err(err) => {
+                eprintln!("gatehouse: {}: identity not checked: {err}", opts.server_id);
+                (None, None)
+            }
         },
         None => (None, None),
     };
     let mismatch = matches!(identity, Some(Identity::Mismatch { .. }));
+    // DESIGN §2: secrets only when the launch command hashes to the
+    // recorded value; without a database to compare against, none.
+    let unverified = identity.is_none();
     let pin_server_id = if mismatch {
         // No shared pins: a separate namespace for this command.
         format!("{}~{}", opts.server_id, &command_hash[7..19])
@@ -204,7 +210,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let mut args: Vec<String> = opts.argv[1..].to_vec();
     let guard_key = crate::egress::guard_key(&install_key);
     let mut own_fingerprints = Vec::new();
-    let mut keyring_unreadable = None;
+    let mut secrets_missing = None;
     if !mismatch {
         // The policy's plain values (a `PATH` among them decides the program).
         for (name, value) in &server_settings.env {
@@ -242,7 +248,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         eprintln!("gatehouse: {server_name}: {reason}");
     }
     let wants_secrets = wants_vault(&args, &server_settings);
-    if !mismatch && launch_held.is_none() {
+    if !mismatch && !unverified && launch_held.is_none() {
         let injected = inject_secrets(
             &opts,
             &guard_key,
@@ -255,7 +261,27 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             &recorder,
         );
         own_fingerprints = injected.fingerprints;
-        keyring_unreadable = injected.keyring_unreadable;
+        secrets_missing = injected.keyring_unreadable.map(|why| SecretsMissing {
+            rule: "vault.unavailable",
+            event: "vault_unavailable",
+            why,
+        });
+    } else if unverified {
+        // Names only: whether it has secrets it will go without.
+        let stored = || {
+            opts.vault
+                .as_deref()
+                .is_some_and(|v| v.list(&opts.server_id).is_ok_and(|n| !n.is_empty()))
+        };
+        if wants_secrets || env.iter().any(|(_, v)| v.contains("{{vault:")) || stored() {
+            secrets_missing = Some(SecretsMissing {
+                rule: "identity.unverified",
+                event: "vault_secret_withheld",
+                why: "its launch command cannot be checked against the recorded one \
+                      (database unavailable)"
+                    .into(),
+            });
+        }
     } else if mismatch && args.iter().any(|a| a.contains("{{vault:")) {
         recorder.event(
             EngineEvent::new(
@@ -300,14 +326,16 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let decision = typosquat.map_or(decision, |(rule, reason)| {
         gatehouse_config::Decision::Block { rule, reason }
     });
-    // DESIGN §8, keyring locked or absent: fail_closed refuses `initialize`
-    // (nothing started, no secret half-injected); otherwise the server
-    // starts without its secrets, loudly.
-    let decision = match keyring_unreadable {
-        Some(why) if !matches!(decision, gatehouse_config::Decision::Block { .. }) => {
+    // DESIGN §8, keyring locked or absent (or no identity to give secrets
+    // to): fail_closed refuses `initialize` (nothing started, no secret
+    // half-injected); otherwise the server starts without its secrets, loudly.
+    let decision = match secrets_missing {
+        Some(SecretsMissing { rule, event, why })
+            if !matches!(decision, gatehouse_config::Decision::Block { .. }) =>
+        {
             if policy.fail_closed() {
                 gatehouse_config::Decision::Block {
-                    rule: "vault.unavailable".into(),
+                    rule: rule.into(),
                     reason: format!(
                         "{why}; the server needs its secrets and fail_closed is set, so it is not started"
                     ),
@@ -316,10 +344,10 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                 eprintln!("gatehouse: {server_name}: {why}; starting it WITHOUT its secrets (fail_closed = false)");
                 recorder.event(
                     EngineEvent::new(
-                        "vault_unavailable",
+                        event,
                         gatehouse_engine::Severity::High,
                         gatehouse_engine::Action::Alert,
-                        "vault.unavailable",
+                        rule,
                     )
                     .reason(format!(
                         "{why}; starting without secrets (fail_closed = false)"
@@ -1519,6 +1547,14 @@ struct Injected {
     /// Why the keyring could not be read (locked, absent, not answering),
     /// when the server needs secrets from it. Names and reasons only.
     keyring_unreadable: Option<String>,
+}
+
+/// Why a server that needs secrets starts without them (or, with
+/// `fail_closed`, not at all): the rule, the event type, the reason.
+struct SecretsMissing {
+    rule: &'static str,
+    event: &'static str,
+    why: String,
 }
 
 /// Whether the launch names vault secrets: a `{{vault:NAME}}` argument or a
