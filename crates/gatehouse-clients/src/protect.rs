@@ -816,6 +816,17 @@ impl Protector<'_> {
                 e.name
             ));
         }
+        for (e, r) in &found.changed_inside {
+            report.notes.push(format!(
+                "{}: the command inside its gatehouse wrapping changed since it was protected; it \
+                 is unwrapped with its {{{{vault:…}}}} placeholders left in, and the secrets \
+                 Gatehouse moved ({}) are not put into a different program and stay in the \
+                 keyring (`gatehouse vault list {}` names them)",
+                e.name,
+                r.secret_names.join(", "),
+                r.id
+            ));
+        }
         for (e, r) in &found.changed_by_hand {
             report.notes.push(format!(
                 "{}: its gatehouse wrapping was removed by hand and its command changed; the secrets \
@@ -826,7 +837,11 @@ impl Protector<'_> {
                 r.id
             ));
         }
-        if found.targets.is_empty() && found.gone.is_empty() && found.changed_by_hand.is_empty() {
+        if found.targets.is_empty()
+            && found.gone.is_empty()
+            && found.changed_by_hand.is_empty()
+            && found.changed_inside.is_empty()
+        {
             return Ok(report);
         }
         let ids: Vec<String> = found.targets.iter().map(|(_, id)| id.clone()).collect();
@@ -851,15 +866,29 @@ impl Protector<'_> {
         let new_text = match restored {
             Some(t) => t,
             None => {
+                let fill = if opts.dry_run {
+                    Secrets::Redacted
+                } else {
+                    Secrets::PutBack
+                };
                 let mut targets = Vec::new();
                 for (e, id) in &found.targets {
-                    targets.push((*e, self.unwrap_plan(e, id, &state.servers, opts.dry_run)?));
+                    targets.push((*e, self.unwrap_plan(e, id, &state.servers, fill)?));
+                }
+                for (e, r) in &found.changed_inside {
+                    let plan = self.unwrap_plan(e, &r.id, &state.servers, Secrets::Withheld)?;
+                    targets.push((*e, plan));
                 }
                 doc.unwrap(&targets)
             }
         };
         report.changed = new_text != current;
-        report.entries = found.targets.iter().map(|(e, _)| e.name.clone()).collect();
+        report.entries = found
+            .targets
+            .iter()
+            .map(|(e, _)| e.name.clone())
+            .chain(found.changed_inside.iter().map(|(e, _)| e.name.clone()))
+            .collect();
         report
             .notes
             .extend(found.gone.iter().filter_map(|r| stranded_note(r)));
@@ -867,6 +896,7 @@ impl Protector<'_> {
             .gone
             .iter()
             .chain(found.changed_by_hand.iter().map(|(_, r)| r))
+            .chain(found.changed_inside.iter().map(|(_, r)| r))
             .map(|r| r.id.clone())
             .collect();
         if opts.dry_run {
@@ -947,18 +977,15 @@ impl Protector<'_> {
         e: &EntryView,
         id: &str,
         records: &[ProtectedServer],
-        dry_run: bool,
+        secrets: Secrets,
     ) -> Result<UnwrapPlan, ClientError> {
         let EntryKind::Stdio { command, args } = &e.kind else {
             return Err(ClientError::State("not a stdio entry".into()));
         };
-        // A dry run shows each restored value as changing, never the value.
-        let expand = |t: &str| {
-            if dry_run {
-                Ok(redact_placeholders(t))
-            } else {
-                self.expand(id, t)
-            }
+        let expand = |t: &str| match secrets {
+            Secrets::PutBack => self.expand(id, t).map(Some),
+            Secrets::Redacted => Ok(Some(redact_placeholders(t))),
+            Secrets::Withheld => Ok(None),
         };
         let first_original = e.wrapped.as_ref().map_or(0, |w| w.inner + 1);
         let mut plan = UnwrapPlan {
@@ -973,7 +1000,7 @@ impl Protector<'_> {
         };
         for (i, a) in args.iter().enumerate().skip(first_original) {
             if !find_placeholders(a).is_empty() {
-                plan.args.push((i, expand(a)?));
+                plan.args.extend(expand(a)?.map(|a| (i, a)));
             }
         }
         for (name, value) in &e.env {
@@ -981,7 +1008,7 @@ impl Protector<'_> {
                 .as_deref()
                 .filter(|v| !find_placeholders(v).is_empty())
             {
-                plan.env.push((name.clone(), expand(v)?));
+                plan.env.extend(expand(v)?.map(|v| (name.clone(), v)));
             }
         }
         if let Some(rec) = records.iter().find(|r| r.id == id) {
@@ -989,6 +1016,18 @@ impl Protector<'_> {
         }
         Ok(plan)
     }
+}
+
+/// What an unwrapped entry's `{{vault:NAME}}` placeholders become.
+#[derive(Clone, Copy)]
+enum Secrets {
+    /// The secrets, from the keyring.
+    PutBack,
+    /// `<redacted>`: a dry run shows each restored value as changing,
+    /// never the value.
+    Redacted,
+    /// Left as they are: the entry runs another program now.
+    Withheld,
 }
 
 /// What unprotect finds in a file, against the state's records.
@@ -1005,6 +1044,10 @@ struct Restorable<'v, 's> {
     /// Entries unwrapped by hand whose command changed since: the secrets
     /// were moved for another program, so they are not put back.
     changed_by_hand: Vec<(&'v EntryView, &'s ProtectedServer)>,
+    /// Gatehouse's wrap entries whose wrapped command changed since (an
+    /// edit, a pulled commit): unwrapped with their placeholders left in,
+    /// since the secrets were moved for another program.
+    changed_inside: Vec<(&'v EntryView, &'s ProtectedServer)>,
 }
 
 impl<'v, 's> Restorable<'v, 's> {
@@ -1029,18 +1072,23 @@ impl<'v, 's> Restorable<'v, 's> {
             foreign: vec![],
             gone: vec![],
             changed_by_hand: vec![],
+            changed_inside: vec![],
         };
         for v in views {
             if let Some(w) = &v.wrapped {
-                if here.iter().any(|r| r.id == w.server_id) {
-                    found.targets.push((v, w.server_id.clone()));
-                } else {
-                    found.foreign.push(v);
+                match here.iter().find(|r| r.id == w.server_id) {
+                    Some(r) if runs_as_recorded(v, r) => {
+                        found.targets.push((v, w.server_id.clone()))
+                    }
+                    Some(r) => found.changed_inside.push((v, r)),
+                    None => found.foreign.push(v),
                 }
             }
         }
         for r in &here {
-            if found.targets.iter().any(|(_, id)| *id == r.id) {
+            if found.targets.iter().any(|(_, id)| *id == r.id)
+                || found.changed_inside.iter().any(|(_, c)| c.id == r.id)
+            {
                 continue;
             }
             let by_hand = views.iter().find(|v| {
@@ -1062,13 +1110,18 @@ impl<'v, 's> Restorable<'v, 's> {
     }
 }
 
-/// Whether an entry runs the command and arguments Gatehouse wrapped for
-/// `record` (placeholders included): its secrets were moved for that program.
+/// Whether an entry runs (or, wrapped, wraps) the command and arguments
+/// Gatehouse wrapped for `record` (placeholders included): its secrets were
+/// moved for that program.
 fn runs_as_recorded(v: &EntryView, record: &ProtectedServer) -> bool {
     let EntryKind::Stdio { command, args } = &v.kind else {
         return false;
     };
-    record.argv.split_first() == Some((command, args.as_slice()))
+    let argv = match &v.wrapped {
+        Some(w) => (&args[w.inner], &args[w.inner + 1..]),
+        None => (command, args.as_slice()),
+    };
+    record.argv.split_first() == Some(argv)
 }
 
 /// Whether an unwrapped entry still holds a `{{vault:NAME}}` placeholder

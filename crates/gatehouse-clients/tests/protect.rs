@@ -1046,6 +1046,49 @@ fn a_hand_unwrapped_entry_with_another_command_gets_no_secrets() {
     );
 }
 
+/// A wrap entry Gatehouse wrote whose wrapped command changed since (a
+/// pulled commit of a project config) is unwrapped without the secrets
+/// Gatehouse moved for the original program; the others get theirs.
+#[test]
+fn a_wrapped_entry_whose_command_changed_is_unwrapped_without_secrets() {
+    let fx = Fixture::new("linux-all");
+    let (p, cursor) = protected_cursor(&fx, HAND_EDITED);
+    let mut v: serde_json::Value = serde_json::from_str(&read(&cursor.path)).unwrap();
+    let pg = wrapped_id(&v, "pg");
+    let entry = &mut v["mcpServers"]["pg"];
+    let mut args: Vec<String> = serde_json::from_value(entry["args"].clone()).unwrap();
+    let inner = args.iter().position(|a| a == "--").unwrap() + 1;
+    args[inner] = "/tmp/attacker-server".into();
+    entry["args"] = args.into();
+    std::fs::write(&cursor.path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+
+    let report = p.unprotect_file(&cursor, &Options::default()).unwrap();
+    let after: serde_json::Value = serde_json::from_str(&read(&cursor.path)).unwrap();
+    let pg_entry = &after["mcpServers"]["pg"];
+    assert_eq!(
+        pg_entry["command"], "/tmp/attacker-server",
+        "unwrapped: {after}"
+    );
+    let pg_text = pg_entry.to_string();
+    assert!(
+        !pg_text.contains("pg-Canary-Pass-77") && pg_text.contains("{{vault:"),
+        "the placeholder stays, the secret is not put in: {pg_text}"
+    );
+    assert_eq!(
+        after["mcpServers"]["gh"]["env"]["GITHUB_TOKEN"], "ghp_CANARY0123456789abcdefghijKLMNOP",
+        "an unchanged entry gets its secret back"
+    );
+    let notes = report.notes.join("\n");
+    assert!(
+        notes.contains("changed since it was protected") && notes.contains(&pg),
+        "the note says why and names the server: {notes}"
+    );
+    assert!(
+        !fx.vault.list(&pg).unwrap().is_empty(),
+        "the secret stays in the keyring"
+    );
+}
+
 /// Unprotect takes back only what protect moved: a secret a person stored
 /// for the server (`vault set`, the policy-env workaround for a reserved
 /// name) stays, and the note names it.
