@@ -182,6 +182,22 @@ impl Sandbox {
         self.dir.path().join("gh")
     }
 
+    /// Runs `statements` against the sandbox's database with the `sqlite3`
+    /// CLI: a test editing rows the way another process could.
+    pub fn write_db(&self, statements: &str) {
+        let out = Command::new("sqlite3")
+            .args(["-cmd", ".timeout 5000"])
+            .arg(self.gatehouse_home().join("gatehouse.db"))
+            .arg(statements)
+            .output()
+            .expect("sqlite3 runs");
+        assert!(
+            out.status.success(),
+            "sqlite3 {statements:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// The fake user `HOME` every process of this test sees.
     pub fn user_home(&self) -> PathBuf {
         self.dir.path().join("user")

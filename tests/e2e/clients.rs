@@ -625,24 +625,13 @@ fn a_project_config_posing_as_a_protected_server_gets_no_secrets() {
 
 /// Marks the sandbox's database as written by a newer Gatehouse (`newer`)
 /// or takes that mark away: with it, wrap cannot open the database.
-fn mark_database_newer(peers: &Peers, sb: &Sandbox, newer: bool) {
-    let sql = if newer {
+fn mark_database_newer(sb: &Sandbox, newer: bool) {
+    sb.write_db(if newer {
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
          VALUES (99999, 'from a newer build', 1, x'00', 0)"
     } else {
         "DELETE FROM _sqlx_migrations WHERE version = 99999"
-    };
-    let out = Command::new(python(peers))
-        .args(["-c", "import sqlite3, sys\ndb = sqlite3.connect(sys.argv[1], timeout=10)\ndb.execute(sys.argv[2]); db.commit()"])
-        .arg(sb.gatehouse_home().join("gatehouse.db"))
-        .arg(sql)
-        .output()
-        .expect("run python");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    });
 }
 
 #[test]
@@ -661,7 +650,7 @@ fn a_server_whose_identity_cannot_be_checked_gets_no_secrets() {
 
     // With no database to check its launch command against, the genuine
     // entry starts (DESIGN §8) but without its secret (DESIGN §2).
-    mark_database_newer(&peers, &sb, true);
+    mark_database_newer(&sb, true);
     let mut d = launch("unverified.log");
     assert_eq!(
         env_digest(&mut d, "GITHUB_TOKEN"),
@@ -712,7 +701,7 @@ fn a_server_whose_identity_cannot_be_checked_gets_no_secrets() {
     std::fs::write(&policy, kept).unwrap();
 
     // The database back: the same entry gets its secret again (the control).
-    mark_database_newer(&peers, &sb, false);
+    mark_database_newer(&sb, false);
     let mut d = launch("verified.log");
     assert_eq!(
         env_digest(&mut d, "GITHUB_TOKEN").as_deref(),

@@ -364,6 +364,29 @@ fn rug_pull_is_held_until_trusted_then_passes_in_the_same_session() {
     );
 }
 
+/// Pins that cannot be read (a row another process garbled) are not "no
+/// pins": a tool changed meanwhile is not trusted at first sight.
+#[test]
+fn unreadable_pins_trust_nothing_at_first_sight() {
+    let peers = Peers::locate();
+    let sb = Sandbox::new();
+    let desc = sb.path().join("description.txt");
+    std::fs::write(&desc, "Adds two integers.").unwrap();
+    let server = peers.py_server("fastmcp_server.py", &[&desc.display().to_string()]);
+    let argv = sb.wrap_argv("garbled", &[], &server);
+    let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
+    assert_eq!(d.list_tools().len(), 4, "first sight");
+    d.quit();
+
+    std::fs::write(&desc, "Adds two integers and rounds the result to the nearest ten.").unwrap();
+    sb.write_db("UPDATE pins SET state = 'garbled' WHERE name = 'env_names'");
+    let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
+    assert!(d.list_tools().is_empty(), "every tool is held");
+    let r = d.call("add", json!({"a": 1, "b": 2}));
+    assert!(held_rule_named(&r), "the changed tool is held: {r}");
+    d.quit();
+}
+
 #[test]
 fn parent_credentials_do_not_reach_the_server() {
     let peers = Peers::locate();

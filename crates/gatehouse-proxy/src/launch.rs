@@ -65,14 +65,14 @@ pub(crate) async fn check(
     recorder: &Recorder,
     after: Gate,
 ) -> Checked {
+    // An approval that cannot be read may exist: judged below, not taken
+    // for a first launch.
     let known = hold
         && (recorded.is_some()
             || store
                 .launch_approval(key, server_id)
                 .await
-                .ok()
-                .flatten()
-                .is_some());
+                .map_or(true, |row| row.is_some()));
     if !known {
         let (store, key, server_id) = (store.clone(), key.clone(), server_id.to_string());
         let (exe, argv, recorder) = (exe.to_path_buf(), argv.to_vec(), recorder.clone());
@@ -82,7 +82,9 @@ pub(crate) async fn check(
             let mut held = false;
             if hold {
                 // First sight: this launch is the approved one.
-                held = judge(&store, &key, &server_id, &pin, recorded_fingerprint(None)).await;
+                let judged =
+                    judge(&store, &key, &server_id, &pin, recorded_fingerprint(None)).await;
+                held = judged != Judged::Approved;
             }
             record(&store, &server_id, pin, unversioned, held, &recorder).await;
         });
@@ -92,8 +94,9 @@ pub(crate) async fn check(
         };
     }
     let (pin, unversioned) = launch_pin(store, server_id, exe, argv).await;
-    let held = judge(store, key, server_id, &pin, recorded_fingerprint(recorded)).await;
-    if held {
+    let judged = judge(store, key, server_id, &pin, recorded_fingerprint(recorded)).await;
+    let held = judged != Judged::Approved;
+    if judged == Judged::Held {
         // The dashboard's inbox shows it; answering approves this fingerprint.
         let ask = gatehouse_store::NewConsent {
             kind: gatehouse_store::ConsentKind::HeldLaunch,
@@ -119,7 +122,11 @@ pub(crate) async fn check(
             record(&store, &server_id, pin, unversioned, held, &recorder).await;
         })
     };
-    let held = held.then(|| held_reason(server_id));
+    let held = match judged {
+        Judged::Approved => None,
+        Judged::Held => Some(held_reason(server_id)),
+        Judged::Unchecked => Some(unchecked_reason()),
+    };
     if let Some(reason) = &held {
         recorder.event(
             EngineEvent::new(
@@ -148,32 +155,67 @@ fn recorded_fingerprint(recorded: Option<&LaunchPin>) -> Option<String> {
     recorded.map(LaunchPin::fingerprint)
 }
 
-/// Whether the launch is held. A store failure holds nothing (the
-/// mismatch event still says what changed).
+/// What a blocked call and stderr say when the approval could not be read.
+fn unchecked_reason() -> String {
+    "the server's launch approval could not be read (database unavailable); it runs without \
+     its secrets and its tools are held until it is restarted with the database answering"
+        .into()
+}
+
+/// The launch check's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Judged {
+    Approved,
+    /// Changed since the approved launch: waits for a person.
+    Held,
+    /// Nothing could be read: held for this run (a changed launch must
+    /// never get secrets because the database was busy).
+    Unchecked,
+}
+
+/// Whether the launch is held. When the check cannot record (the database
+/// busy past its budget) the approval row alone decides, as the check would
+/// have; when that cannot be read either, it is held for this run.
 async fn judge(
     store: &Store,
     key: &MacKey,
     server_id: &str,
     pin: &LaunchPin,
     baseline: Option<String>,
-) -> bool {
+) -> Judged {
     let json = pin_json(pin).to_string();
-    match store
+    let fingerprint = pin.fingerprint();
+    let err = match store
         .check_launch_approval(
             key,
             server_id,
-            &pin.fingerprint(),
+            &fingerprint,
             &json,
             baseline.as_deref(),
             now_ms() as i64,
         )
         .await
     {
-        Ok(LaunchCheck::Approved) => false,
-        Ok(LaunchCheck::Held { .. }) => true,
+        Ok(LaunchCheck::Approved) => return Judged::Approved,
+        Ok(LaunchCheck::Held { .. }) => return Judged::Held,
+        Err(err) => err,
+    };
+    eprintln!("gatehouse: could not record the launch check: {err}");
+    match store.launch_approval(key, server_id).await {
+        Ok(row) => {
+            let approved = match row {
+                Some(row) => row.approved,
+                None => Some(baseline.unwrap_or_else(|| fingerprint.clone())),
+            };
+            if approved.as_deref() == Some(fingerprint.as_str()) {
+                Judged::Approved
+            } else {
+                Judged::Held
+            }
+        }
         Err(err) => {
-            eprintln!("gatehouse: could not check the launch approval: {err}");
-            false
+            eprintln!("gatehouse: could not read the launch approval: {err}");
+            Judged::Unchecked
         }
     }
 }
@@ -323,4 +365,53 @@ fn hash_file(path: &Path) -> Option<String> {
         hasher.update(&buf[..n]);
     }
     Some(format!("sha256:{}", hex::encode(hasher.finalize())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gatehouse_store::StoreOptions;
+    use std::time::Duration;
+
+    fn pin(exe_hash: &str) -> LaunchPin {
+        LaunchPin {
+            exe_path: Some("/usr/bin/node".into()),
+            exe_hash: Some(exe_hash.into()),
+            script_hash: None,
+            package_spec: None,
+        }
+    }
+
+    /// Another process holding the write lock past the check's budget:
+    /// the approved launch still runs, a changed one is still held.
+    #[tokio::test]
+    async fn a_busy_database_does_not_let_a_changed_launch_through() {
+        let home = tempfile::tempdir().unwrap();
+        let options = StoreOptions {
+            busy_timeout: Duration::from_millis(20),
+            ..StoreOptions::default()
+        };
+        let store = Store::open(home.path(), options).await.unwrap();
+        let key = MacKey::new([5; 32]);
+        let (approved, changed) = (pin("sha256:aa"), pin("sha256:bb"));
+        let judged = judge(&store, &key, "s", &approved, None).await;
+        assert_eq!(judged, Judged::Approved, "first sight");
+
+        let other = Store::open(home.path(), StoreOptions::default())
+            .await
+            .unwrap();
+        let writing = other.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+        let fp = Some(approved.fingerprint());
+        assert_eq!(
+            judge(&store, &key, "s", &changed, fp.clone()).await,
+            Judged::Held,
+            "changed, and the change could not be recorded"
+        );
+        assert_eq!(
+            judge(&store, &key, "s", &approved, fp.clone()).await,
+            Judged::Approved
+        );
+        drop(writing);
+        assert_eq!(judge(&store, &key, "s", &changed, fp).await, Judged::Held);
+    }
 }

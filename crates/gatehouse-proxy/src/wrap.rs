@@ -436,9 +436,19 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     );
 
     // Settings for the engine.
-    let pins = match &store {
-        Some(s) => load_pins(s, &mac_key, &pin_server_id).await,
-        None => PinTable::default(),
+    // Pins that cannot be read are not "no pins": nothing is trusted at
+    // first sight then (the poller brings the table once it reads).
+    let (pins, pins_read) = match &store {
+        Some(s) => {
+            match read_pins(s, &mac_key, &pin_server_id).await {
+                Ok(pins) => (pins, true),
+                Err(err) => {
+                    eprintln!("gatehouse: {server_name}: could not read its pins ({err}); new tools are held");
+                    (PinTable::default(), false)
+                }
+            }
+        }
+        None => (PinTable::default(), true),
     };
     // A replaced database (no pins while protect backups exist) trusts
     // nothing; one that protect itself recorded this server in is not
@@ -448,11 +458,19 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     let protected_here = registered
         .as_ref()
         .is_some_and(|s| s.origin == gatehouse_store::ServerOrigin::Protect);
-    let may_trust_first =
-        server_settings.pin_at_first_sight && !mismatch && launch_held.is_none() && pins.is_empty();
+    // An identity not checked against a database that is there would
+    // pin under the id what may be another program (without a database
+    // nothing is recorded: DESIGN §8's relay).
+    let may_trust_first = server_settings.pin_at_first_sight
+        && !mismatch
+        && !(unverified && store.is_some())
+        && launch_held.is_none()
+        && pins_read
+        && pins.is_empty();
     let fresh_while_protected = match &store {
         Some(s) if may_trust_first && !protected_here => {
-            !s.has_ever_pinned().await.unwrap_or(true) && protected_configs_exist(&home_dir)
+            // Unknown counts as fresh.
+            !s.has_ever_pinned().await.unwrap_or(false) && protected_configs_exist(&home_dir)
         }
         _ => false,
     };
@@ -1290,17 +1308,6 @@ fn derive_keys(bytes: [u8; 32]) -> (MacKey, [u8; 32]) {
     (MacKey::new(bytes), fingerprint)
 }
 
-/// The pins as read at start; unreadable, none (DESIGN §8: the relay goes
-/// on as without a database).
-async fn load_pins(store: &Store, key: &MacKey, server_id: &str) -> PinTable {
-    read_pins(store, key, server_id)
-        .await
-        .unwrap_or_else(|err| {
-            warn!(%err, "could not load pins");
-            PinTable::default()
-        })
-}
-
 async fn read_pins(
     store: &Store,
     key: &MacKey,
@@ -1790,7 +1797,7 @@ mod tests {
             .await
             .unwrap();
         let key = MacKey::new([3; 32]);
-        let loaded = load_pins(&store, &key, "srv").await;
+        let loaded = read_pins(&store, &key, "srv").await.unwrap();
         assert!(loaded.is_empty());
         // Approved after the start read, before the poller's first version.
         let seen = gatehouse_store::SeenTool {
