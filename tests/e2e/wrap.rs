@@ -378,7 +378,11 @@ fn unreadable_pins_trust_nothing_at_first_sight() {
     assert_eq!(d.list_tools().len(), 4, "first sight");
     d.quit();
 
-    std::fs::write(&desc, "Adds two integers and rounds the result to the nearest ten.").unwrap();
+    std::fs::write(
+        &desc,
+        "Adds two integers and rounds the result to the nearest ten.",
+    )
+    .unwrap();
     sb.write_db("UPDATE pins SET state = 'garbled' WHERE name = 'env_names'");
     let mut d = Driver::start(&peers, &sb, &argv, None, &[]);
     assert!(d.list_tools().is_empty(), "every tool is held");

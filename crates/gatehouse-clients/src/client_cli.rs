@@ -216,14 +216,13 @@ fn strings(v: &Value, out: &mut Vec<String>) {
 /// passed cut out (on unprotect those include secret values).
 fn safe_line(stderr: &[u8], passed: Option<&Value>) -> String {
     let text = String::from_utf8_lossy(stderr);
-    let mut line: String = text
+    let mut line = text
         .lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
         .unwrap_or("")
-        .chars()
-        .take(200)
-        .collect();
+        .to_owned();
+    // Cut out first, shorten after: a secret across the cut is not matched.
     if let Some(v) = passed {
         let mut secrets = Vec::new();
         strings(v, &mut secrets);
@@ -233,7 +232,7 @@ fn safe_line(stderr: &[u8], passed: Option<&Value>) -> String {
             line = line.replace(s.as_str(), "<redacted>");
         }
     }
-    line
+    line.chars().take(200).collect()
 }
 
 /// The project key Claude Code derives from a directory: the root of its
@@ -584,6 +583,10 @@ mod tests {
             Some(&passed),
         );
         assert_eq!(line, "Invalid: env.<redacted> <redacted> rejected");
+        // A value across the 200th character is still cut out.
+        let long = format!("{} ghp_SuperSecretValue123", "x".repeat(190));
+        let line = safe_line(long.as_bytes(), Some(&passed));
+        assert!(!line.contains("ghp_Super"), "{line}");
     }
 
     #[test]

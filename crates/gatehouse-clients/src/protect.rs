@@ -613,7 +613,8 @@ impl Protector<'_> {
         let mut backup_written = None;
         let written = (|| {
             let state = self.state().load()?;
-            let backup = self.make_backup(file, &original, &new_text, &rewrite.splices);
+            // The splices are spans of `text` (after a repair, not `original`).
+            let backup = self.make_backup(file, &text, &new_text, &rewrite.splices);
             let rel = self.state().write_backup(&backup, &self.stamp)?;
             backup_written = Some(rel.clone());
             if let Some(cli) = &cli {
@@ -847,8 +848,24 @@ impl Protector<'_> {
         let ids: Vec<String> = found.targets.iter().map(|(_, id)| id.clone()).collect();
         let mut restored: Option<String> = None;
         if let Some(fs) = state.files.get(&key) {
-            if fs.protected_sha256.as_deref() == Some(sha256(&current).as_str()) && !opts.dry_run {
-                let backup = self.state().read_backup(&fs.backup)?;
+            let unchanged = fs.protected_sha256.as_deref() == Some(sha256(&current).as_str());
+            // A backup gone or unreadable costs the byte-for-byte restore,
+            // never the unprotect: the entries are restored in place.
+            let backup = if unchanged && !opts.dry_run {
+                match self.state().read_backup(&fs.backup) {
+                    Ok(backup) => Some(backup),
+                    Err(err) => {
+                        report.notes.push(format!(
+                            "not restored byte for byte: its backup could not be read ({err}); \
+                             the entries were restored in place, every value as before"
+                        ));
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            if let Some(backup) = backup {
                 let candidate = backup
                     .restore(|s| Ok(requote(&s.quote, &self.expand(&s.server_id, &s.template)?)))?;
                 if sha256(&candidate) == backup.original_sha256 {

@@ -592,6 +592,53 @@ fn repair_repoints_wrappers() {
     assert_eq!(text.matches("\"wrap\"").count(), 1, "not wrapped twice");
 }
 
+/// Repair moves text before a new entry's secret: the backup of that run
+/// holds no piece of the secret, whether the new path is shorter or longer.
+#[test]
+fn a_repair_before_a_new_secret_keeps_every_piece_of_it_out_of_the_backup() {
+    const TOKEN: &str = "ghp_CANARY0123456789abcdefghijKLMNOP";
+    for exe in [
+        "/usr/bin/gatehouse",
+        "/home/someone/.local/share/gatehouse/bin/gatehouse",
+    ] {
+        let fx = Fixture::new("linux-all");
+        let (_, cursor) = protected_cursor(
+            &fx,
+            "{\"mcpServers\": {\"keep\": {\"command\": \"npx\", \"args\": [\"other\"]}}}\n",
+        );
+        let mut v: serde_json::Value = serde_json::from_str(&read(&cursor.path)).unwrap();
+        v["mcpServers"]["gh"] = serde_json::json!({
+            "command": "npx", "args": ["server-github"], "env": {"GITHUB_TOKEN": TOKEN}
+        });
+        std::fs::write(&cursor.path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        let mut moved = fx.protector();
+        moved.exe = PathBuf::from(exe);
+        let options = Options {
+            repair: true,
+            ..Options::default()
+        };
+        moved.protect_file(&cursor, &options).unwrap();
+        let written = read(&cursor.path);
+        assert!(
+            !written.contains(TOKEN) && written.contains(exe),
+            "{written}"
+        );
+        for dir in [fx.root.join("gh"), fx.root.join("gh/backups")] {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                for piece in TOKEN.as_bytes().windows(8) {
+                    let piece = std::str::from_utf8(piece).unwrap();
+                    assert!(
+                        !text.contains(piece),
+                        "{} holds {piece:?} of the secret ({exe})",
+                        entry.path().display()
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Self-heal at start (`repair_file`): wrappers whose binary is gone point at
 /// the current one; an entry the person added meanwhile is not wrapped behind
 /// their back; a wrapper naming another existing binary is left alone.
@@ -1086,6 +1133,27 @@ fn a_wrapped_entry_whose_command_changed_is_unwrapped_without_secrets() {
     assert!(
         !fx.vault.list(&pg).unwrap().is_empty(),
         "the secret stays in the keyring"
+    );
+}
+
+/// A backup deleted (or unreadable) costs the byte-for-byte restore, not
+/// the unprotect: the entries come back in place with their secrets.
+#[test]
+fn unprotect_without_its_backup_restores_the_entries_in_place() {
+    let fx = Fixture::new("linux-all");
+    let (p, cursor) = protected_cursor(&fx, HAND_EDITED);
+    let backups = fx.root.join("gh/backups");
+    for entry in std::fs::read_dir(&backups).unwrap().flatten() {
+        std::fs::remove_file(entry.path()).unwrap();
+    }
+    let report = p.unprotect_file(&cursor, &Options::default()).unwrap();
+    let after: serde_json::Value = serde_json::from_str(&read(&cursor.path)).unwrap();
+    let before: serde_json::Value = serde_json::from_str(HAND_EDITED).unwrap();
+    assert_eq!(after, before, "every entry as it was, secrets included");
+    let notes = report.notes.join("\n");
+    assert!(
+        notes.contains("backup could not be read"),
+        "the note says why it is not byte for byte: {notes}"
     );
 }
 
