@@ -48,11 +48,23 @@ pub fn atomic_write(path: &Path, expected: &str, new: &str) -> Result<(), Client
     tmp.write_all(new.as_bytes()).map_err(write_err)?;
     tmp.as_file().sync_all().map_err(write_err)?;
     std::fs::set_permissions(tmp.path(), meta.permissions()).map_err(write_err)?;
+    #[cfg(unix)]
+    {
+        // `sudo gatehouse protect` must not leave the person's config owned
+        // by root. Without the right to give it away (not root), the owner
+        // is ours already or the chown changes nothing anyway.
+        use std::os::unix::fs::MetadataExt;
+        let _ = std::os::unix::fs::chown(tmp.path(), Some(meta.uid()), Some(meta.gid()));
+    }
     let current = std::fs::read_to_string(&target).map_err(io_err(&target))?;
     if current != expected {
         return Err(ClientError::Concurrent { path: target });
     }
     tmp.persist(&target).map_err(|e| write_err(e.error))?;
+    // The rename itself on disk before anything (an unprotect deleting the
+    // keyring's copies) relies on it.
+    #[cfg(unix)]
+    let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
     let written = std::fs::read_to_string(&target).map_err(io_err(&target))?;
     if written != new {
         return Err(ClientError::Verify { path: target });
@@ -131,6 +143,23 @@ pub fn write_private(path: &Path, content: &str) -> Result<(), ClientError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn keeps_the_owner_when_it_may() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("mcp.json");
+        std::fs::write(&file, "old").unwrap();
+        // Only root can give a file away (the CI runs as root).
+        if std::os::unix::fs::chown(&file, Some(4321), Some(4321)).is_err() {
+            eprintln!("keeps_the_owner_when_it_may: SKIPPED: not root");
+            return;
+        }
+        atomic_write(&file, "old", "new").unwrap();
+        let meta = std::fs::metadata(&file).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (4321, 4321), "owner kept");
+    }
 
     #[test]
     fn keeps_mode_follows_symlinks_and_detects_races() {

@@ -63,6 +63,45 @@ fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
+/// Domain separation for the control plane's proof to the CLI.
+pub const CONTROL_PROOF_CONTEXT: &str = "gatehouse/control-proof/v1:";
+
+/// The control plane's proof that it knows the CLI secret, over the Host
+/// it was reached at, the challenge and the sign-in path it answers with:
+/// a process that took the port (or relays to the real control plane from
+/// another one) cannot make a CLI open its link. Hex.
+pub fn control_proof(secret: &str, host: &str, nonce: &str, url: &str) -> String {
+    hex::encode(
+        control_proof_mac(secret, host, nonce, url)
+            .finalize()
+            .into_bytes(),
+    )
+}
+
+/// Whether `proof_hex` is [`control_proof`] of these (constant time).
+pub fn verify_control_proof(
+    secret: &str,
+    host: &str,
+    nonce: &str,
+    url: &str,
+    proof_hex: &str,
+) -> bool {
+    hex::decode(proof_hex).is_ok_and(|p| {
+        control_proof_mac(secret, host, nonce, url)
+            .verify_slice(&p)
+            .is_ok()
+    })
+}
+
+fn control_proof_mac(secret: &str, host: &str, nonce: &str, url: &str) -> Hmac<Sha256> {
+    let mut mac =
+        Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
+    for part in [CONTROL_PROOF_CONTEXT, host, "\n", nonce, "\n", url] {
+        mac.update(part.as_bytes());
+    }
+    mac
+}
+
 /// HMAC-SHA256 of a CLI challenge nonce under the CLI secret, hex.
 pub fn cli_mac(secret: &str, nonce: &str) -> String {
     let mut mac =
@@ -157,6 +196,11 @@ impl Auth {
             challenge_key,
             inner: Mutex::new(Inner::default()),
         }
+    }
+
+    /// [`control_proof`] under this control plane's CLI secret.
+    pub fn control_proof(&self, host: &str, nonce: &str, url: &str) -> String {
+        control_proof(&self.cli_secret, host, nonce, url)
     }
 
     /// Current time from the injected clock.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use fs4::fs_std::FileExt;
 
-use crate::auth::cli_mac;
+use crate::auth::{cli_mac, verify_control_proof};
 
 /// Name of the lock file in `GATEHOUSE_HOME`.
 pub const LOCK_FILE: &str = "control.lock";
@@ -77,7 +77,12 @@ impl std::fmt::Debug for ControlInfo {
 impl ControlInfo {
     /// `http://127.0.0.1:PORT`.
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}", self.host())
+    }
+
+    /// `127.0.0.1:PORT`, the Host the CLI sends.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
     }
 }
 
@@ -217,7 +222,21 @@ pub fn request_signin_url(info: &ControlInfo) -> Result<String, ControlError> {
     let req = serde_json::json!({ "nonce": nonce, "mac": mac });
     let (status, body) = http(info, "POST", "/api/cli/signin-link", Some(&req))?;
     match body["url"].as_str() {
-        Some(url) if status == 200 => Ok(format!("{}{}", info.base_url(), url)),
+        Some(url) if status == 200 => {
+            // Whatever listens there must know the secret too, and answer
+            // with a path of its own origin.
+            let proof = body["proof"].as_str().unwrap_or_default();
+            if !url.starts_with("/signin#")
+                || !verify_control_proof(&info.cli_secret, &info.host(), &nonce, url, proof)
+            {
+                return Err(ControlError::Refused {
+                    port: info.port,
+                    reason: "what listens there could not prove it is this user's control plane"
+                        .into(),
+                });
+            }
+            Ok(format!("{}{}", info.base_url(), url))
+        }
         _ => Err(ControlError::Refused {
             port: info.port,
             reason: body["error"]["code"]
@@ -244,7 +263,7 @@ fn http(
         .map_err(|_| refused("not reachable"))?;
     let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
     let payload = body.map(|b| b.to_string()).unwrap_or_default();
-    let host = format!("127.0.0.1:{}", info.port);
+    let host = info.host();
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {host}\r\nOrigin: http://{host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
         payload.len()

@@ -70,11 +70,12 @@ pub async fn check_request(
     next: Next,
 ) -> Response {
     let headers = req.headers();
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
-    // HTTP/1.1 puts the authority in Host; for absolute-form targets use the URI's.
-    let authority = host
-        .map(str::to_owned)
-        .or_else(|| req.uri().authority().map(|a| a.to_string()));
+    // HTTP/1.1 puts the authority in Host; for absolute-form targets use the
+    // URI's. A Host that is there but not readable is refused, not skipped.
+    let authority = match headers.get(header::HOST) {
+        Some(host) => host.to_str().ok().map(str::to_owned),
+        None => req.uri().authority().map(|a| a.to_string()),
+    };
     if !authority.as_deref().is_some_and(|h| allowed.host_ok(h)) {
         return ApiError::MisdirectedHost.into_response();
     }

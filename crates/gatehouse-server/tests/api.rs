@@ -88,6 +88,20 @@ async fn foreign_host_is_refused() {
         StatusCode::MISDIRECTED_REQUEST,
         "misdirected_host",
     );
+    // A Host that is not text does not hand the decision to the URI's.
+    let unreadable = Request::builder()
+        .uri(format!("http://{HOST}/api/health"))
+        .header(
+            "host",
+            axum::http::HeaderValue::from_bytes(b"ev\x80il").unwrap(),
+        )
+        .body(Body::empty())
+        .unwrap();
+    expect_error(
+        &h.send(unreadable).await,
+        StatusCode::MISDIRECTED_REQUEST,
+        "misdirected_host",
+    );
     for host in ["127.0.0.1:4321", "localhost:4321", "[::1]:4321"] {
         let req = Request::builder()
             .uri("/api/health")
@@ -327,6 +341,21 @@ async fn cli_challenge_mints_a_link_only_with_the_secret() {
     let token = url
         .strip_prefix("/signin#t=")
         .expect("link has the token in the fragment");
+    let proof = r.body["proof"].as_str().expect("the control plane's proof");
+    assert!(
+        gatehouse_server::auth::verify_control_proof("cli-secret", HOST, &nonce, url, proof),
+        "it proves the secret over the Host it was reached at"
+    );
+    assert!(
+        !gatehouse_server::auth::verify_control_proof(
+            "cli-secret",
+            "127.0.0.1:4322",
+            &nonce,
+            url,
+            proof
+        ),
+        "not for another port"
+    );
     let replay = h
         .call(Method::POST, "/api/cli/signin-link", None, Some(good))
         .await;
@@ -389,6 +418,57 @@ async fn real_tcp_server_binds_loopback_and_cli_gets_a_link() {
             .await
             .unwrap();
     assert!(err.is_err(), "a wrong secret must not get a link");
+    handle.shutdown().await;
+}
+
+/// Another process on the port `control.json` names (the control plane
+/// stopped, another local user bound it): the CLI does not open its link.
+#[tokio::test]
+async fn the_cli_opens_no_link_from_what_cannot_prove_the_secret() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let impostor = std::thread::spawn(move || {
+        let answers = [
+            r#"{"nonce":"n"}"#,
+            r#"{"url":"/signin#t=impostor","proof":"00"}"#,
+        ];
+        for answer in answers {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap();
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            reader.read_exact(&mut vec![0; length]).unwrap();
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+            conn.write_all(reply.as_bytes()).unwrap();
+        }
+    });
+    let home = tempfile::tempdir().unwrap();
+    let store = common::open_store(home.path()).await;
+    let handle = gatehouse_server::serve(common::config_for(home.path(), store))
+        .await
+        .unwrap();
+    let mut info = handle.control_info();
+    info.port = port;
+    let result =
+        tokio::task::spawn_blocking(move || gatehouse_server::control::request_signin_url(&info))
+            .await
+            .unwrap();
+    impostor.join().unwrap();
+    let err = result.expect_err("no link from an impostor");
+    assert!(err.to_string().contains("could not prove"), "{err}");
     handle.shutdown().await;
 }
 

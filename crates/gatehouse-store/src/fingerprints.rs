@@ -4,7 +4,7 @@
 //! it never sees a secret and never computes or checks a fingerprint.
 
 use crate::db::Store;
-use crate::error::{Result, StoreError};
+use crate::error::Result;
 
 /// One published fingerprint (`fingerprint` is opaque to the store).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,23 +72,26 @@ impl Store {
         let generation = (rows.len() as i64, newest);
         let fingerprints = rows
             .into_iter()
-            .map(|(server_id, name, fingerprint, _)| {
+            .filter_map(|(server_id, name, fingerprint, _)| {
+                // One row written wrong (the table is STRICT: only too
+                // long) must not take the others out of the guard.
                 if [&server_id, &name, &fingerprint]
                     .iter()
                     .any(|f| f.len() > MAX_FIELD)
                 {
-                    return Err(StoreError::CorruptRow {
-                        table: "secret_fingerprints",
-                        reason: "field too long".into(),
-                    });
+                    tracing::warn!(
+                        table = "secret_fingerprints",
+                        "a row with a field too long is skipped"
+                    );
+                    return None;
                 }
-                Ok(StoredFingerprint {
+                Some(StoredFingerprint {
                     server_id,
                     name,
                     fingerprint,
                 })
             })
-            .collect::<Result<_>>()?;
+            .collect();
         Ok((generation, fingerprints))
     }
 }
@@ -142,5 +145,27 @@ mod tests {
         assert_eq!(listed, (1, 12));
         assert_eq!(all.len(), 1, "empty items remove the server's rows");
         assert_eq!(all[0].fingerprint, "v1:z");
+    }
+
+    /// A row written wrong by another process is skipped; the others stay
+    /// in the guard's list.
+    #[tokio::test]
+    async fn a_row_written_wrong_does_not_hide_the_others() {
+        let store = mem().await;
+        store
+            .replace_fingerprints("srv_a", &[("TOKEN", "v1:a")], 10)
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO secret_fingerprints (server_id, name, fingerprint, updated_ms) \
+             VALUES ('srv_x', 'LONG', printf('%.600c', 'x'), 11)",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap();
+        let (generation, all) = store.list_fingerprints().await.unwrap();
+        let listed: Vec<_> = all.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(listed, ["TOKEN"]);
+        assert_eq!(generation, (2, 11), "the generation counts every row");
     }
 }

@@ -114,15 +114,22 @@ pub(crate) struct CliSigninBody {
     mac: String,
 }
 
-/// `POST /api/cli/signin-link` — a fresh sign-in path for a verified CLI.
+/// `POST /api/cli/signin-link` — a fresh sign-in path for a verified CLI,
+/// with the control plane's proof that it knows the secret too
+/// ([`crate::auth::control_proof`], over the Host the guard let in).
 pub(crate) async fn cli_signin_link(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     Json(body): Json<CliSigninBody>,
 ) -> ApiResult<Json<Value>> {
     if !state.auth.verify_challenge(&body.nonce, &body.mac) {
         return Err(ApiError::ChallengeFailed);
     }
-    Ok(Json(
-        json!({ "url": crate::signin_path(&state.auth.mint_signin()) }),
-    ))
+    let url = crate::signin_path(&state.auth.mint_signin());
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
+    let proof = state.auth.control_proof(host, &body.nonce, &url);
+    Ok(Json(json!({ "url": url, "proof": proof })))
 }
