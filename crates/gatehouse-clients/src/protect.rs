@@ -610,13 +610,24 @@ impl Protector<'_> {
                 stored.push((&plan.id, name));
             }
         }
-        let mut backup_written = None;
+        // The backup the file's record names, and whether this run wrote it.
+        let mut backup_rel = None;
+        let mut backup_new = false;
         let written = (|| {
             let state = self.state().load()?;
-            // The splices are spans of `text` (after a repair, not `original`).
-            let backup = self.make_backup(file, &text, &new_text, &rewrite.splices);
-            let rel = self.state().write_backup(&backup, &self.stamp)?;
-            backup_written = Some(rel.clone());
+            // A file protected before keeps its first backup, the one its
+            // record names: a re-protect writes no copy of a later state
+            // (which would outlive what the person changes in the file).
+            let rel = match state.files.get(&file_key(&file.path)) {
+                Some(previous) => previous.backup.clone(),
+                None => {
+                    // The splices are spans of `text` (after a repair, not `original`).
+                    let backup = self.make_backup(file, &text, &new_text, &rewrite.splices);
+                    backup_new = true;
+                    self.state().write_backup(&backup, &self.stamp)?
+                }
+            };
+            backup_rel = Some(rel.clone());
             if let Some(cli) = &cli {
                 let notes = self.through_cli(file, cli, &original, &new_text)?;
                 return Ok((state, rel, notes));
@@ -637,7 +648,7 @@ impl Protector<'_> {
             Err(CliFailure {
                 error: error @ ClientError::Verify { .. },
                 ..
-            }) => match backup_written.clone() {
+            }) => match backup_rel.clone() {
                 Some(rel) => (self.state().load()?, rel, Vec::new(), Some(error)),
                 None => return Err(error),
             },
@@ -649,7 +660,7 @@ impl Protector<'_> {
                     for (id, n) in &stored {
                         let _ = self.vault.delete(id, n);
                     }
-                    if let Some(rel) = &backup_written {
+                    if let Some(rel) = backup_rel.as_ref().filter(|_| backup_new) {
                         let _ = self.state().remove_backup(rel);
                     }
                 }

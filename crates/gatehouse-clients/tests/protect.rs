@@ -1136,6 +1136,34 @@ fn a_wrapped_entry_whose_command_changed_is_unwrapped_without_secrets() {
     );
 }
 
+/// A file protected again (an entry added since) keeps the one backup its
+/// record names: no copy of the later state, with its new secret's
+/// neighbours, is left behind unreferenced.
+#[test]
+fn a_second_protect_writes_no_second_backup() {
+    let fx = Fixture::new("linux-all");
+    let (p, cursor) = protected_cursor(&fx, HAND_EDITED);
+    let backups = || {
+        std::fs::read_dir(fx.root.join("gh/backups"))
+            .unwrap()
+            .count()
+    };
+    assert_eq!(backups(), 1);
+    let mut v: serde_json::Value = serde_json::from_str(&read(&cursor.path)).unwrap();
+    v["mcpServers"]["new"] = serde_json::json!({"command": "npx", "args": ["new-server"]});
+    std::fs::write(&cursor.path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    let report = p.protect_file(&cursor, &Options::default()).unwrap();
+    assert_eq!(report.entries, ["new"]);
+    assert_eq!(backups(), 1, "the first backup stays the only one");
+    p.unprotect_file(&cursor, &Options::default()).unwrap();
+    let after: serde_json::Value = serde_json::from_str(&read(&cursor.path)).unwrap();
+    assert_eq!(
+        after["mcpServers"]["gh"]["env"]["GITHUB_TOKEN"], "ghp_CANARY0123456789abcdefghijKLMNOP",
+        "unprotect still puts the secrets back"
+    );
+    assert_eq!(after["mcpServers"]["new"]["command"], "npx");
+}
+
 /// A backup deleted (or unreadable) costs the byte-for-byte restore, not
 /// the unprotect: the entries come back in place with their secrets.
 #[test]
