@@ -799,6 +799,54 @@ fn one_servers_secret_in_a_call_to_another_server_is_blocked() {
     gatehouse(&sb, &["unprotect", "cursor", "--home", &gh_home]);
 }
 
+/// A Codex config protected under a `CODEX_HOME` that is not set at
+/// unprotect is found from protect's records and restored; a recorded file
+/// that is gone is named, with the servers whose secrets stay.
+#[test]
+fn unprotect_finds_a_config_protected_under_another_codex_home() {
+    let sb = Sandbox::new();
+    let codex_home = sb.path().join("elsewhere");
+    let config = codex_home.join("config.toml");
+    let text = "[mcp_servers.notes]\ncommand = \"npx\"\nargs = [\"-y\", \"notes-server@1.0.0\"]\n";
+    write(&config, text);
+    let gh = sb.gatehouse_home().display().to_string();
+    let run = |args: &[&str], with_codex_home: bool| {
+        let mut cmd = Command::new(gatehouse_bin());
+        cmd.args(args)
+            .args(["--home", &gh])
+            .envs(sb.envs())
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("CODEX_HOME");
+        if with_codex_home {
+            cmd.env("CODEX_HOME", &codex_home);
+        }
+        let out = cmd.output().expect("run gatehouse");
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "gatehouse {args:?}: {said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        said
+    };
+    run(&["protect", "codex"], true);
+    assert_ne!(std::fs::read_to_string(&config).unwrap(), text, "wrapped");
+    run(&["unprotect", "codex"], false);
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        text,
+        "restored byte for byte"
+    );
+
+    run(&["protect", "codex"], true);
+    std::fs::remove_file(&config).unwrap();
+    let said = run(&["unprotect", "codex"], false);
+    assert!(
+        said.contains("was protected and is gone") && said.contains(&config.display().to_string()),
+        "{said}"
+    );
+}
+
 #[test]
 fn clients_output_into_a_closed_pipe_exits_quietly() {
     let sb = Sandbox::new();

@@ -212,6 +212,27 @@ impl StateDir {
         Ok(roots)
     }
 
+    /// The user (not project) config files of `client` that protect
+    /// recorded, wherever they were found then (a `CODEX_HOME` set at
+    /// protect and not at unprotect), each with its servers' records.
+    pub fn protected_user_files(
+        &self,
+        client: &str,
+    ) -> Result<Vec<(PathBuf, Vec<ProtectedServer>)>, ClientError> {
+        let mut files: Vec<(PathBuf, Vec<ProtectedServer>)> = Vec::new();
+        for server in self.load()?.servers {
+            if server.client != client || server.cwd.is_some() {
+                continue;
+            }
+            let path = PathBuf::from(&server.config_path);
+            match files.iter_mut().find(|(p, _)| *p == path) {
+                Some((_, servers)) => servers.push(server),
+                None => files.push((path, vec![server])),
+            }
+        }
+        Ok(files)
+    }
+
     /// Writes the state (0600).
     pub fn save(&self, state: &State) -> Result<(), ClientError> {
         let text =

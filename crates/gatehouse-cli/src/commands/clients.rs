@@ -249,6 +249,40 @@ fn set_auto_protect(home: &Path, clients: &[&'static ClientSpec], on: bool) -> a
     Ok(())
 }
 
+/// Adds to `files` the user config files protect recorded for `client`
+/// where discovery did not find them (another `CODEX_HOME` then), and says
+/// which recorded ones are gone, with the servers whose secrets stay.
+fn recorded_user_files(
+    state: &gatehouse_clients::state::StateDir,
+    client: &'static ClientSpec,
+    files: &mut Vec<gatehouse_clients::discover::ConfigFile>,
+) -> anyhow::Result<()> {
+    use gatehouse_clients::state::file_key;
+    for (path, servers) in state.protected_user_files(client.key)? {
+        if files.iter().any(|f| file_key(&f.path) == file_key(&path)) {
+            continue;
+        }
+        if path.is_file() {
+            files.push(gatehouse_clients::discover::ConfigFile {
+                client,
+                path,
+                project: None,
+            });
+            continue;
+        }
+        let ids: Vec<&str> = servers.iter().map(|s| s.id.as_str()).collect();
+        outln!(
+            "{} ({}): {} was protected and is gone; the secrets of its servers stay in the \
+             keyring (`gatehouse vault list ID` names them: {})",
+            client.name,
+            client.key,
+            path.display(),
+            ids.join(", ")
+        );
+    }
+    Ok(())
+}
+
 /// A client's user config paths, a dangling link said as such.
 fn looked_for(client: &ClientSpec, dirs: &HomeDirs) -> String {
     (client.user_files)(dirs)
@@ -335,7 +369,10 @@ fn run_files(
         if unprotect {
             extra.extend(state.protected_projects(client.key)?);
         }
-        let files = config_files(client, &dirs, &all_projects(&dirs, &extra));
+        let mut files = config_files(client, &dirs, &all_projects(&dirs, &extra));
+        if unprotect {
+            recorded_user_files(&state, client, &mut files)?;
+        }
         if files.is_empty() {
             if named {
                 outln!(
