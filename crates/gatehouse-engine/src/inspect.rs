@@ -36,6 +36,9 @@ pub trait Inspector {
     fn scan_listed(&self, list_method: &str, item: &Value) -> Vec<Finding>;
     /// Results of `tools/call`, `resources/read`, `prompts/get`, `tasks/result`.
     fn scan_result(&self, method: &str, result: &Value) -> Vec<Finding>;
+    /// The `error` object of an answer: hosts hand a failed call's message
+    /// to the model as they would its result.
+    fn scan_error(&self, error: &Value) -> Vec<Finding>;
     /// `sampling/createMessage`, `elicitation/create` params.
     fn scan_server_request(&self, method: &str, params: &Value) -> Vec<Finding>;
     /// Optional output spotlighting: `text` wrapped in markers carrying
@@ -59,6 +62,9 @@ impl Inspector for NoInspector {
         Vec::new()
     }
     fn scan_result(&self, _: &str, _: &Value) -> Vec<Finding> {
+        Vec::new()
+    }
+    fn scan_error(&self, _: &Value) -> Vec<Finding> {
         Vec::new()
     }
     fn scan_server_request(&self, _: &str, _: &Value) -> Vec<Finding> {

@@ -936,6 +936,42 @@ impl<I: Inspector> Relay<I> {
         self.relay_messages(Peer::Server, line, false, vec![msg], now_ms, out);
     }
 
+    /// An answer to no request Gatehouse has passed on. The client may
+    /// still take it for one of its own: SDKs read `"1"` and `1` alike,
+    /// and a request may be on its way, not yet read here. Judged as
+    /// nothing it would carry an unjudged tool list or result, so it is
+    /// dropped; in audit only (a pause) it is scanned and forwarded.
+    fn unmatched_response(
+        &mut self,
+        id: &RequestId,
+        msg: &Message,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
+        let audit = self.settings.audit_only;
+        let (action, outcome) = match audit {
+            true => (Action::Audit, "audit-only: scanned and forwarded"),
+            false => (Action::Drop, "dropped"),
+        };
+        out.push(Output::Event(
+            EngineEvent::new(
+                "frame_dropped",
+                Severity::Medium,
+                action,
+                "response.unmatched",
+            )
+            .reason(format!(
+                "server answered request {id}, which Gatehouse has not passed on; {outcome}"
+            )),
+        ));
+        match (audit, msg.result()) {
+            (true, Some(result)) => {
+                self.inspect_result(msg, "unmatched response", None, result, out)
+            }
+            (true, None) => Verdict::Forward,
+            (false, _) => Verdict::Drop,
+        }
+    }
+
     fn server_message(&mut self, msg: &Message, now_ms: u64, out: &mut Vec<Output>) -> Verdict {
         match &msg.kind {
             MessageKind::Response { id, .. } => {
@@ -965,14 +1001,7 @@ impl<I: Inspector> Relay<I> {
                     ));
                     return Verdict::Drop;
                 }
-                // An answer to a request Gatehouse does not track (`ping`,
-                // a line passed unread) is scanned like any result.
-                match msg.result() {
-                    Some(result) => {
-                        self.inspect_result(msg, "unmatched response", None, result, out)
-                    }
-                    None => Verdict::Forward,
-                }
+                self.unmatched_response(id, msg, out)
             }
             MessageKind::Request { id, method } => self.server_request(id, method, msg, out),
             MessageKind::Notification { method }
@@ -1097,7 +1126,10 @@ impl<I: Inspector> Relay<I> {
         out: &mut Vec<Output>,
     ) -> Verdict {
         let Some(result) = msg.result() else {
-            return Verdict::Forward;
+            return match msg.value.get("error") {
+                Some(error) => self.judge_error(msg, &pending, error, out),
+                None => Verdict::Forward,
+            };
         };
         match pending {
             Pending::Initialize => self.inspect_initialize(msg, result, out),
@@ -1628,6 +1660,43 @@ impl<I: Inspector> Relay<I> {
             return Verdict::Forward;
         }
         let findings = self.inspector.scan_result(method, result);
+        self.act_on_output_findings(msg, method, tool, "result", findings, out)
+    }
+
+    /// An error answer's text reaches the model as a result's would (a
+    /// host hands a failed call's message to it): judged the same way.
+    fn judge_error(
+        &mut self,
+        msg: &Message,
+        pending: &Pending,
+        error: &Value,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
+        if !self.settings.scan_results {
+            return Verdict::Forward;
+        }
+        let (method, tool) = match pending {
+            Pending::Initialize => ("initialize", None),
+            Pending::ToolsList { .. } => ("tools/list", None),
+            Pending::ToolsCall { tool } => ("tools/call", Some(tool.as_str())),
+            Pending::Inspected(method) => (method.as_str(), None),
+            Pending::Other => ("request", None),
+        };
+        let findings = self.inspector.scan_error(error);
+        self.act_on_output_findings(msg, method, tool, "error", findings, out)
+    }
+
+    /// What a result's or an error's findings (`what`) do: an event, and
+    /// when they are flagged and results are blocked, the answer replaced.
+    fn act_on_output_findings(
+        &mut self,
+        msg: &Message,
+        method: &str,
+        tool: Option<&str>,
+        what: &str,
+        findings: Vec<Finding>,
+        out: &mut Vec<Output>,
+    ) -> Verdict {
         let Some(sev) = max_severity(&findings) else {
             return Verdict::Forward;
         };
@@ -1641,7 +1710,7 @@ impl<I: Inspector> Relay<I> {
         };
         let mut event = EngineEvent::new("mcp_tool_result_finding", sev, action, &findings[0].rule)
             .reason(format!(
-                "{method} result carries {} finding(s)",
+                "{method} {what} carries {} finding(s)",
                 findings.len()
             ))
             .evidence(findings_json(&findings));
@@ -1657,7 +1726,7 @@ impl<I: Inspector> Relay<I> {
         };
         let first = &findings[0];
         let reason = format!(
-            "the result carried {} ({}, {}) at {}",
+            "the {what} carried {} ({}, {}) at {}",
             first.family, first.rule, first.severity, first.path
         );
         if method == "tools/call" {
@@ -1672,7 +1741,7 @@ impl<I: Inspector> Relay<I> {
             Verdict::Rewrite(error_value(
                 id,
                 -32001,
-                &format!("Gatehouse withheld this {method} result: {reason}"),
+                &format!("Gatehouse withheld this {method} {what}: {reason}"),
             ))
         }
     }

@@ -171,6 +171,9 @@ impl Inspector for ScannerInspector {
     fn scan_result(&self, method: &str, result: &Value) -> Vec<Finding> {
         self.with(|s| s.scan_result(method, result))
     }
+    fn scan_error(&self, error: &Value) -> Vec<Finding> {
+        self.with(|s| s.scan_error(error))
+    }
     fn scan_server_request(&self, method: &str, params: &Value) -> Vec<Finding> {
         self.with(|s| s.scan_server_request(method, params))
     }

@@ -871,6 +871,9 @@ impl Inspector for BoxedInspector {
     fn scan_result(&self, m: &str, r: &serde_json::Value) -> Vec<gatehouse_engine::Finding> {
         self.0.scan_result(m, r)
     }
+    fn scan_error(&self, e: &serde_json::Value) -> Vec<gatehouse_engine::Finding> {
+        self.0.scan_error(e)
+    }
     fn scan_server_request(
         &self,
         m: &str,

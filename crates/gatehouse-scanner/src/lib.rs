@@ -95,6 +95,9 @@ pub enum Family {
     SecretLeak,
     ActiveContent,
     ArgumentInjection,
+    /// Not a pattern: part of the value could not be read (nested deeper
+    /// or with more strings than the scanner walks).
+    Unscannable,
     Custom,
 }
 
@@ -116,6 +119,7 @@ impl Family {
             Family::SecretLeak => "secret_leak",
             Family::ActiveContent => "active_content",
             Family::ArgumentInjection => "argument_injection",
+            Family::Unscannable => "unscannable",
             Family::Custom => "custom",
         }
     }
@@ -136,6 +140,7 @@ impl Family {
         Family::SecretLeak,
         Family::ActiveContent,
         Family::ArgumentInjection,
+        Family::Unscannable,
         Family::Custom,
     ];
 }
@@ -346,14 +351,22 @@ impl Scanner {
 
     /// Scans every string of a tool definition (and property names).
     pub fn scan_tool(&self, tool: &Value) -> Report {
-        let mut strings = Vec::new();
+        let mut strings = Strings::default();
         collect_strings(tool, String::new(), &mut strings, true, 0);
-        let mut report = Report::default();
-        for s in &strings {
-            report.extend(self.scan_string(Carrier::Definition, &s.path, s.text));
-        }
+        let mut report = self.scan_strings(Carrier::Definition, &strings);
         report.extend(self.engine.tool_level(self, &strings));
         report.finish()
+    }
+
+    /// Scans each collected string, and says where collecting stopped
+    /// short (the `scan.incomplete` finding).
+    fn scan_strings(&self, carrier: Carrier, strings: &Strings) -> Report {
+        let mut report = Report::default();
+        for s in strings.iter() {
+            report.extend(self.scan_string(carrier, &s.path, s.text));
+        }
+        report.findings.extend(strings.incomplete(carrier));
+        report
     }
 
     /// Scans the `instructions` string of an `initialize` result.
@@ -364,10 +377,10 @@ impl Scanner {
 
     /// Scans a prompt, resource or resource template from a list result.
     pub fn scan_listed(&self, _kind: ListedKind, item: &Value) -> Report {
-        let mut strings = Vec::new();
+        let mut strings = Strings::default();
         collect_strings(item, String::new(), &mut strings, true, 0);
         let mut report = Report::default();
-        for s in &strings {
+        for s in strings.iter() {
             if s.path.ends_with("uri")
                 || s.path.ends_with("uriTemplate")
                 || s.path.ends_with("mimeType")
@@ -376,12 +389,15 @@ impl Scanner {
             }
             report.extend(self.scan_string(Carrier::Definition, &s.path, s.text));
         }
+        report
+            .findings
+            .extend(strings.incomplete(Carrier::Definition));
         report.finish()
     }
 
     /// Scans a result the server returned for `method`.
     pub fn scan_result(&self, method: &str, result: &Value) -> Report {
-        let mut strings = Vec::new();
+        let mut strings = Strings::default();
         match method {
             "tools/call" | "tasks/result" => collect_call_result(result, &mut strings),
             "resources/read" => {
@@ -417,16 +433,20 @@ impl Scanner {
             }
             _ => collect_strings(result, String::new(), &mut strings, false, 0),
         }
-        let mut report = Report::default();
-        for s in &strings {
-            report.extend(self.scan_string(Carrier::Output, &s.path, s.text));
-        }
-        report.finish()
+        self.scan_strings(Carrier::Output, &strings).finish()
+    }
+
+    /// Scans the `error` object of an answer: its `message` and every
+    /// string of its `data`.
+    pub fn scan_error(&self, error: &Value) -> Report {
+        let mut strings = Strings::default();
+        collect_strings(error, String::new(), &mut strings, false, 0);
+        self.scan_strings(Carrier::Output, &strings).finish()
     }
 
     /// Scans a server→client request (`sampling/createMessage`, `elicitation/create`).
     pub fn scan_server_request(&self, method: &str, params: &Value) -> Report {
-        let mut strings = Vec::new();
+        let mut strings = Strings::default();
         match method {
             "sampling/createMessage" => {
                 if let Some(s) = params.get("systemPrompt").and_then(Value::as_str) {
@@ -445,6 +465,10 @@ impl Scanner {
                         );
                     }
                 }
+                // Tools the server offers the model: read as definitions.
+                if let Some(tools) = params.get("tools") {
+                    collect_strings(tools, "tools".into(), &mut strings, true, 0);
+                }
             }
             "elicitation/create" => {
                 if let Some(s) = params.get("message").and_then(Value::as_str) {
@@ -460,23 +484,15 @@ impl Scanner {
             }
             _ => collect_strings(params, String::new(), &mut strings, false, 0),
         }
-        let mut report = Report::default();
-        for s in &strings {
-            report.extend(self.scan_string(Carrier::Request, &s.path, s.text));
-        }
-        report.finish()
+        self.scan_strings(Carrier::Request, &strings).finish()
     }
 
     /// Scans the arguments of a client→server `tools/call` for injected
     /// shell, query or CLI syntax and credential paths.
     pub fn scan_call_arguments(&self, arguments: &Value) -> Report {
-        let mut strings = Vec::new();
+        let mut strings = Strings::default();
         collect_strings(arguments, "arguments".into(), &mut strings, false, 0);
-        let mut report = Report::default();
-        for s in &strings {
-            report.extend(self.scan_string(Carrier::Argument, &s.path, s.text));
-        }
-        report.finish()
+        self.scan_strings(Carrier::Argument, &strings).finish()
     }
 }
 
@@ -531,6 +547,80 @@ pub(crate) struct Str<'a> {
 const MAX_DEPTH: usize = 64;
 const MAX_STRINGS: usize = 10_000;
 
+/// The strings found in a JSON value, and where collecting stopped short
+/// of the whole value (nested past [`MAX_DEPTH`], or past [`MAX_STRINGS`]).
+#[derive(Debug, Default)]
+pub(crate) struct Strings<'a> {
+    found: Vec<Str<'a>>,
+    cut_at: Option<String>,
+}
+
+impl<'a> Strings<'a> {
+    /// Whether `v`, at `path` and `depth`, is past what is collected; the
+    /// first such place is kept. Numbers, booleans and nulls carry no text.
+    fn past_limits(&mut self, v: &Value, path: &str, depth: usize) -> bool {
+        if depth <= MAX_DEPTH && self.found.len() < MAX_STRINGS {
+            return false;
+        }
+        if self.cut_at.is_none() && holds_text(v) {
+            self.cut_at = Some(if path.is_empty() {
+                "$".into()
+            } else {
+                path.into()
+            });
+        }
+        true
+    }
+
+    /// A scan of these strings cannot vouch for the whole value: a finding
+    /// that says where it stopped. High for a definition (no real tool
+    /// needs that much, and the tool is only held until approved); for
+    /// other carriers medium, an alert, as a scan over its time budget is.
+    fn incomplete(&self, carrier: Carrier) -> Option<Finding> {
+        let path = self.cut_at.as_ref()?;
+        Some(Finding {
+            rule_id: "scan.incomplete".into(),
+            family: Family::Unscannable,
+            severity: match carrier {
+                Carrier::Definition => Severity::High,
+                _ => Severity::Medium,
+            },
+            path: path.clone(),
+            context: format!(
+                "not scanned from here on: nested deeper than {MAX_DEPTH} levels or past {MAX_STRINGS} strings"
+            ),
+        })
+    }
+}
+
+/// Whether a string (or an object key) is anywhere in `v`; walked without
+/// recursion, as it is reached only past the depth limit.
+fn holds_text(v: &Value) -> bool {
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(_) => return true,
+            Value::Array(a) => stack.extend(a),
+            Value::Object(m) if !m.is_empty() => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+impl<'a> std::ops::Deref for Strings<'a> {
+    type Target = Vec<Str<'a>>;
+    fn deref(&self) -> &Vec<Str<'a>> {
+        &self.found
+    }
+}
+
+impl std::ops::DerefMut for Strings<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.found
+    }
+}
+
 // Paths are built on every scanned result, so without `format!` (its
 // machinery cost more than the rest of collecting a short result's strings).
 fn join(path: &str, seg: &str) -> String {
@@ -558,11 +648,11 @@ fn indexed(path: &str, i: usize) -> String {
 fn collect_strings<'a>(
     v: &'a Value,
     path: String,
-    out: &mut Vec<Str<'a>>,
+    out: &mut Strings<'a>,
     keys: bool,
     depth: usize,
 ) {
-    if depth > MAX_DEPTH || out.len() >= MAX_STRINGS {
+    if out.past_limits(v, &path, depth) {
         return;
     }
     match v {
@@ -594,11 +684,18 @@ fn collect_strings<'a>(
     }
 }
 
-fn collect_content_block<'a>(block: &'a Value, path: String, out: &mut Vec<Str<'a>>) {
+fn collect_content_block<'a>(block: &'a Value, path: String, out: &mut Strings<'a>) {
+    collect_block(block, path, out, 0)
+}
+
+fn collect_block<'a>(block: &'a Value, path: String, out: &mut Strings<'a>, depth: usize) {
+    if out.past_limits(block, &path, depth) {
+        return;
+    }
     match block {
         Value::Array(items) => {
             for (i, b) in items.iter().enumerate() {
-                collect_content_block(b, indexed(&path, i), out);
+                collect_block(b, indexed(&path, i), out, depth + 1);
             }
         }
         Value::Object(m) => match m.get("type").and_then(Value::as_str) {
@@ -635,6 +732,21 @@ fn collect_content_block<'a>(block: &'a Value, path: String, out: &mut Vec<Str<'
                     }
                 }
             }
+            // A tool's answer inside a sampling conversation: its blocks
+            // and structured content, as a call's result.
+            Some("tool_result") => {
+                if let Some(content) = m.get("content") {
+                    collect_block(content, join(&path, "content"), out, depth + 1);
+                }
+                if let Some(sc) = m.get("structuredContent") {
+                    collect_strings(sc, join(&path, "structuredContent"), out, false, depth + 1);
+                }
+            }
+            Some("tool_use") => {
+                if let Some(input) = m.get("input") {
+                    collect_strings(input, join(&path, "input"), out, false, depth + 1);
+                }
+            }
             // image / audio / blobs carry base64 payloads: not text-scanned.
             Some("image") | Some("audio") => {}
             _ => {
@@ -656,7 +768,7 @@ fn collect_content_block<'a>(block: &'a Value, path: String, out: &mut Vec<Str<'
     }
 }
 
-fn collect_call_result<'a>(result: &'a Value, out: &mut Vec<Str<'a>>) {
+fn collect_call_result<'a>(result: &'a Value, out: &mut Strings<'a>) {
     if let Some(content) = result.get("content") {
         collect_content_block(content, "content".into(), out);
     }
@@ -682,7 +794,7 @@ mod tests {
             ],
             "structuredContent": {"rows": [{"note": "c"}, "d"]},
         });
-        let mut strings = Vec::new();
+        let mut strings = Strings::default();
         collect_call_result(&result, &mut strings);
         let paths: Vec<(&str, &str)> = strings.iter().map(|s| (s.path.as_str(), s.text)).collect();
         assert_eq!(
