@@ -20,6 +20,8 @@ use serde_json::Value;
 /// (`limits.scan_budget_ms`). The scanner is linear-time and is not
 /// interrupted; a scan over budget adds a `scan.budget_exceeded` finding:
 /// low (forward and alert) or, with `fail_closed`, high (block) — DESIGN §8.
+/// A scan that walked only part of a value (`scan.incomplete`) is raised to
+/// high under `fail_closed` the same way.
 /// Unoptimized builds (the test suite's) scan about 20× slower than the
 /// release build the budget is meant for.
 const BUILD_SLOWDOWN: u32 = if cfg!(debug_assertions) { 20 } else { 1 };
@@ -111,6 +113,11 @@ impl ScannerInspector {
         let started = Instant::now();
         let compiling = scanner.compile_time();
         let mut found = findings(scan(scanner));
+        if self.fail_closed {
+            for f in found.iter_mut().filter(|f| f.rule == "scan.incomplete") {
+                f.severity = f.severity.max(Severity::High);
+            }
+        }
         // Rules compiled on first use during this scan are not scanning
         // time (they used to be compiled before the first scan).
         let took = started
@@ -246,5 +253,23 @@ mod tests {
             budget_finding(&inspector(Duration::from_secs(60), true)),
             None
         );
+    }
+
+    #[test]
+    fn a_result_scanned_in_part_blocks_only_when_failing_closed() {
+        let mut deep = serde_json::json!("text");
+        for _ in 0..70 {
+            deep = serde_json::json!({ "d": deep });
+        }
+        let result = serde_json::json!({"content": [], "structuredContent": deep});
+        let incomplete = |fail_closed| {
+            inspector(Duration::from_secs(60), fail_closed)
+                .scan_result("tools/call", &result)
+                .iter()
+                .find(|f| f.rule == "scan.incomplete")
+                .map(|f| f.severity)
+        };
+        assert_eq!(incomplete(false), Some(Severity::Medium));
+        assert_eq!(incomplete(true), Some(Severity::High));
     }
 }
