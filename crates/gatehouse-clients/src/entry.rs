@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+pub use gatehouse_vault::detect::header_secret;
 use gatehouse_vault::detect::{env_secret, find_arg_secrets};
 use gatehouse_vault::{placeholder, Secret};
 
@@ -118,25 +119,6 @@ impl EntryView {
             EntryKind::Stdio { .. } => None,
         }
     }
-}
-
-/// The secret in an HTTP header value, if it holds one: the credentials of
-/// `Authorization`-style headers (after a `Bearer `/`Basic ` scheme), or a
-/// value that is secret by its header name or its shape.
-pub fn header_secret<'v>(name: &str, value: &'v str) -> Option<&'v str> {
-    let credentials = value
-        .split_once(' ')
-        .filter(|(scheme, _)| scheme.bytes().all(|b| b.is_ascii_alphabetic()))
-        .map_or(value, |(_, rest)| rest)
-        .trim();
-    let auth_header = name.eq_ignore_ascii_case("authorization")
-        || name.eq_ignore_ascii_case("proxy-authorization");
-    let secret = if auth_header {
-        !credentials.is_empty() && !gatehouse_vault::detect::is_reference(credentials)
-    } else {
-        env_secret(name, credentials).is_some()
-    };
-    secret.then_some(credentials)
 }
 
 /// What Gatehouse's wrapping of an entry says.

@@ -184,6 +184,66 @@ pub fn env_secret(name: &str, value: &str) -> Option<SecretKind> {
     classify_value(value).or_else(|| is_secret_name(name).then_some(SecretKind::Named))
 }
 
+/// The secret in an HTTP header value, if it holds one: the credentials of
+/// `Authorization`-style headers (after a `Bearer `/`Basic ` scheme), or a
+/// value that is secret by its header name or its shape.
+pub fn header_secret<'v>(name: &str, value: &'v str) -> Option<&'v str> {
+    let credentials = value
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.bytes().all(|b| b.is_ascii_alphabetic()))
+        .map_or(value, |(_, rest)| rest)
+        .trim();
+    let auth_header = name.eq_ignore_ascii_case("authorization")
+        || name.eq_ignore_ascii_case("proxy-authorization");
+    let secret = if auth_header {
+        !credentials.is_empty() && !is_reference(credentials)
+    } else {
+        env_secret(name, credentials).is_some()
+    };
+    secret.then_some(credentials)
+}
+
+/// The secret span of a header given as one argument, `Name: value` (as
+/// `mcp-remote --header` and `curl -H` take it), and the header's name.
+fn header_arg_secret(arg: &str) -> Option<(Range<usize>, &str)> {
+    let (name, value) = arg.split_once(':')?;
+    let name = name.trim();
+    let token = |b: u8| b.is_ascii_alphanumeric() || b == b'-' || b == b'_';
+    if name.is_empty() || !name.bytes().all(token) {
+        return None;
+    }
+    let credentials = header_secret(name, value.trim())?;
+    // A sub-slice of `arg`: its offset is where the secret starts.
+    let start = credentials.as_ptr() as usize - arg.as_ptr() as usize;
+    Some((start..start + credentials.len(), name))
+}
+
+/// The spans of secret-named query parameters (`?api_key=…&token=…`) of a
+/// URL argument, with their names.
+fn query_secrets(arg: &str) -> Vec<(Range<usize>, &str)> {
+    let Some(query_start) = arg
+        .find("://")
+        .and_then(|at| Some(at + arg[at..].find('?')? + 1))
+    else {
+        return Vec::new();
+    };
+    let query_end = arg[query_start..]
+        .find('#')
+        .map_or(arg.len(), |end| query_start + end);
+    let mut found = Vec::new();
+    let mut at = query_start;
+    for pair in arg[query_start..query_end].split('&') {
+        if let Some((name, value)) = pair.split_once('=') {
+            if is_secret_name(name) && !value.is_empty() && !is_reference(value) {
+                let start = at + name.len() + 1;
+                found.push((start..start + value.len(), name));
+            }
+        }
+        at += pair.len() + 1;
+    }
+    found
+}
+
 /// A secret inside one argument: `args[arg_index][range]`, to be moved to
 /// the vault under `name`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,6 +287,33 @@ pub fn find_arg_secrets(args: &[String]) -> Vec<ArgSecret> {
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
+        // `--header "Authorization: Bearer …"` (mcp-remote), `-H …`.
+        let header = match arg.as_str() {
+            "--header" | "-H" => args.get(i + 1).map(|value| (i + 1, 0, value.as_str())),
+            _ => arg
+                .strip_prefix("--header=")
+                .map(|value| (i, arg.len() - value.len(), value)),
+        };
+        if let Some((at, offset, value)) = header {
+            if let Some((range, name)) = header_arg_secret(value) {
+                let range = range.start + offset..range.end + offset;
+                push(at, range, SecretKind::Named, env_name(name));
+            }
+            i = at + 1;
+            continue;
+        }
+        let queried = query_secrets(arg);
+        if !queried.is_empty() {
+            if let Some((range, scheme)) = connection_password(arg) {
+                let name = format!("{}_PASSWORD", env_name(scheme));
+                push(i, range, SecretKind::ConnectionString, name);
+            }
+            for (range, name) in queried {
+                push(i, range, SecretKind::Named, env_name(name));
+            }
+            i += 1;
+            continue;
+        }
         if let Some(flag) = arg
             .strip_prefix("--")
             .or_else(|| arg.strip_prefix('-').filter(|f| f.len() > 1))
@@ -320,7 +407,14 @@ pub fn connection_password(s: &str) -> Option<(Range<usize>, &str)> {
     let authority = &rest[..authority_end];
     let at = authority.rfind('@')?;
     let userinfo = &authority[..at];
-    let colon = userinfo.find(':')?;
+    let Some(colon) = userinfo.find(':') else {
+        // `https://ghp_…@github.com/…`: a token in the user's place.
+        classify_value(userinfo)?;
+        return Some((
+            auth_start..auth_start + userinfo.len(),
+            scheme.split('+').next().unwrap_or(scheme),
+        ));
+    };
     let password = &userinfo[colon + 1..];
     if password.is_empty() || is_reference(password) {
         return None;
@@ -477,6 +571,44 @@ mod tests {
         check_args(
             &["--ld-token", "tok_0123", "--python-secret=x1"],
             &[(1, "tok_0123", "ARG1_SECRET"), (2, "x1", "ARG2_SECRET")],
+        );
+        // HTTP headers given as arguments: only the credentials move.
+        check_args(
+            &[
+                "mcp-remote",
+                "https://mcp.example/sse",
+                "--header",
+                "Authorization: Bearer sk_live_0123456789abcdef",
+                "--header=X-Api-Key:k3y-v4lue",
+                "-H",
+                "Accept: text/event-stream",
+                "--header",
+                "Authorization:${AUTH_HEADER}",
+            ],
+            &[
+                (3, "sk_live_0123456789abcdef", "AUTHORIZATION"),
+                (4, "k3y-v4lue", "X_API_KEY"),
+            ],
+        );
+        // Secret-named query parameters and a token in a URL's user place.
+        check_args(
+            &[
+                "https://mcp.example/sse?api_key=abc123&region=eu&token=t0k#frag",
+                "https://ghp_0123456789abcdefghijABCDEF0123456789@github.com/o/r.git",
+                "https://me@example.com/?page=2",
+                "postgres://me:pw@db/app?password=x",
+            ],
+            &[
+                (0, "abc123", "API_KEY"),
+                (0, "t0k", "TOKEN"),
+                (
+                    1,
+                    "ghp_0123456789abcdefghijABCDEF0123456789",
+                    "HTTPS_PASSWORD",
+                ),
+                (3, "pw", "POSTGRES_PASSWORD"),
+                (3, "x", "PASSWORD"),
+            ],
         );
         // A secret-shaped value after any `NAME=` or `--flag=`.
         check_args(
