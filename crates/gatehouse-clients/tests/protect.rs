@@ -1573,3 +1573,21 @@ fn a_codex_file_keeps_its_array_comments_line_ends_and_bom() {
         "the entry as written, the edit kept"
     );
 }
+
+/// `mcp-remote`'s bearer token, given as a header argument, moves to the
+/// keyring like any argument secret; unprotect puts it back byte for byte.
+#[test]
+fn a_header_argument_moves_its_credentials_to_the_keyring() {
+    let fx = Fixture::new("linux-all");
+    let text = "{\"mcpServers\": {\"remote\": {\"command\": \"npx\", \"args\": [\"mcp-remote\", \
+        \"https://mcp.example/sse\", \"--header\", \"Authorization: Bearer sk_live_Canary0123456789\"]}}}\n";
+    let (p, cursor) = protected_cursor(&fx, text);
+    let after = read(&cursor.path);
+    assert!(!after.contains("sk_live_Canary0123456789"), "{after}");
+    assert!(
+        after.contains("Authorization: Bearer {{vault:AUTHORIZATION}}"),
+        "{after}"
+    );
+    p.unprotect_file(&cursor, &Options::default()).unwrap();
+    assert_eq!(read(&cursor.path), text, "restored byte for byte");
+}
