@@ -7,6 +7,7 @@ Tools:
   env_digest(name)  -> {"present": bool, "sha256": hex|null} of the variable
   arg_digests()     -> sha256 hex of each command-line argument after the script
   where()           -> {"cwd": ..., "env_names": [...]}
+  echo(text)        -> text, as it came (only what the caller sent)
 With --sink, instead only:
   post(text)        -> "posted N characters" (the egress test's destination;
                        separate names, so two instances never shadow each other)
@@ -48,6 +49,11 @@ def arg_digests() -> str:
 @tool(description="The server's working directory and environment variable names.")
 def where() -> str:
     return json.dumps({"cwd": os.getcwd(), "env_names": sorted(os.environ)})
+
+
+@tool(description="Returns the text it is given.")
+def echo(text: str) -> str:
+    return text
 
 
 @tool(description="Posts a message.")

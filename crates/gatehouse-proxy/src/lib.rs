@@ -25,6 +25,7 @@ mod outbox;
 mod pause;
 mod presence;
 mod ready;
+mod scrub;
 pub mod session;
 mod stdio;
 pub mod wrap;

@@ -261,6 +261,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             &recorder,
         );
         own_fingerprints = injected.fingerprints;
+        recorder.keep_out(injected.values);
         secrets_missing = injected.keyring_unreadable.map(|why| SecretsMissing {
             rule: "vault.unavailable",
             event: "vault_unavailable",
@@ -963,6 +964,8 @@ pub(crate) struct Recorder {
     /// Ends the events writer's gathering window early: a flush is sent.
     flushing: Arc<Notify>,
     pins: mpsc::UnboundedSender<Record<(String, PinUpdate)>>,
+    /// The server's injected secrets, cut from every event written.
+    scrubber: Arc<std::sync::OnceLock<crate::scrub::Scrubber>>,
     /// First-sight pins queued and not yet written (another process may
     /// have pinned the tool first).
     first_sights: Arc<AtomicUsize>,
@@ -990,6 +993,8 @@ impl Recorder {
         let written = Arc::clone(&first_sights);
         let flushing = Arc::new(Notify::new());
         let flush_asked = Arc::clone(&flushing);
+        let scrubber = Arc::new(std::sync::OnceLock::<crate::scrub::Scrubber>::new());
+        let scrubbing = Arc::clone(&scrubber);
         tokio::spawn(async move {
             let mut batch = Vec::with_capacity(RECORD_BATCH);
             let mut pending = Vec::new();
@@ -1001,7 +1006,12 @@ impl Recorder {
                 let mut flushed = Vec::new();
                 for record in batch.drain(..) {
                     match record {
-                        Record::Write(e) => pending.push(new_event(e, &server_id, &session)),
+                        Record::Write(mut e) => {
+                            if let Some(scrubber) = scrubbing.get() {
+                                scrubber.scrub(&mut e);
+                            }
+                            pending.push(new_event(e, &server_id, &session));
+                        }
                         Record::Flush(done) => flushed.push(done),
                     }
                 }
@@ -1044,9 +1054,16 @@ impl Recorder {
             events,
             flushing,
             pins,
+            scrubber,
             first_sights,
             reloads,
         }
+    }
+
+    /// From now on these values (the server's injected secrets) are cut
+    /// from every event before it is written. Set once.
+    fn keep_out(&self, values: Vec<gatehouse_vault::Secret<String>>) {
+        let _ = self.scrubber.set(crate::scrub::Scrubber::new(values));
     }
 
     pub(crate) fn event(&self, event: EngineEvent) {
@@ -1554,6 +1571,8 @@ fn shorten(text: &str, max: usize) -> String {
 struct Injected {
     /// Keyed fingerprints of the secrets it fetched (egress guard).
     fingerprints: Vec<gatehouse_vault::SecretFingerprint>,
+    /// The values it fetched, to keep out of events.
+    values: Vec<gatehouse_vault::Secret<String>>,
     /// Why the keyring could not be read (locked, absent, not answering),
     /// when the server needs secrets from it. Names and reasons only.
     keyring_unreadable: Option<String>,
@@ -1589,6 +1608,7 @@ fn inject_secrets(
     recorder: &Recorder,
 ) -> Injected {
     let mut fingerprints = Vec::new();
+    let mut values = Vec::new();
     let mut keyring_unreadable: Option<String> = None;
     let wants_vault = wants_vault(args, server);
     // Secrets it is known to need (a `vault:` reference or a placeholder):
@@ -1651,6 +1671,7 @@ fn inject_secrets(
                             &secret,
                         ));
                         env.push((name, secret.expose().clone()));
+                        values.push(secret);
                     }
                     Ok(None) => {}
                     Err(err) => report(format!("secret {name} unavailable: {err}")),
@@ -1661,6 +1682,7 @@ fn inject_secrets(
             // Asking again for each secret would only wait again.
             return Injected {
                 fingerprints,
+                values,
                 keyring_unreadable: Some(format!("the OS keyring cannot be read: {err}")),
             };
         }
@@ -1680,6 +1702,7 @@ fn inject_secrets(
                     ));
                     env.retain(|(k, _)| k != name);
                     env.push((name.clone(), secret.expose().clone()));
+                    values.push(secret);
                 }
                 Ok(None) => report(format!("no vault secret {secret_name} for {name}")),
                 Err(err) => {
@@ -1711,6 +1734,7 @@ fn inject_secrets(
     }
     Injected {
         fingerprints,
+        values,
         keyring_unreadable,
     }
 }
@@ -1858,6 +1882,7 @@ mod tests {
             events,
             flushing: Arc::default(),
             pins,
+            scrubber: Arc::default(),
             first_sights: Arc::default(),
             reloads: watch::channel(None).1,
         };
