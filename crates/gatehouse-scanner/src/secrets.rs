@@ -336,19 +336,41 @@ fn find_with(text: &str, candidates: u32) -> Vec<SecretMatch> {
 /// `"api_key": "…"`, `POSTGRES_PASSWORD=…`, `"dbPassword": "…"`): not a
 /// credential pattern of its own (its shape says nothing), but never shown
 /// in evidence. The label may end an identifier; a quoted value runs to its
-/// closing quote (a passphrase has spaces), a bare one to a delimiter.
-const LABELLED_VALUE: &str = r#"(?i)(?:password|passwd|pwd|passphrase|secret|api[_-]?key|access[_-]?key|auth[_-]?token|access[_-]?token|refresh[_-]?token|token|credentials?)["']?\s*[:=]\s*(?:"(?P<dq>(?:[^"\\]|\\.){4,})"|'(?P<sq>[^']{4,})'|(?P<bare>[^\s"'<>,;]{4,}))"#;
+/// closing quote (a passphrase has spaces), a bare one to a delimiter. JSON
+/// inside a JSON string quotes with `\"` (`{\"db_password\":\"…\"}`); an
+/// `Authorization` value's scheme (`Bearer `, `Basic `) is not the secret.
+const LABELLED_VALUE: &str = r#"(?i)(?:password|passwd|pwd|passphrase|secret|api[_-]?key|access[_-]?key|auth[_-]?token|access[_-]?token|refresh[_-]?token|token|credentials?|authorization)(?:\\?["'])?\s*[:=]\s*(?:(?:bearer|basic|token)\s+)?(?:"(?P<dq>(?:[^"\\]|\\.){4,})"|'(?P<sq>[^']{4,})'|\\"(?P<eq>[^"\\]{4,})\\"|(?P<bare>[^\s"'<>,;]{4,}))"#;
+
+/// The password of a URL's user information (`postgres://app:PASS@db/…`).
+const URL_PASSWORD: &str = r#"(?i)\b[a-z][a-z0-9+.-]*://[^\s/:@"'<>]+:(?P<pw>[^\s/@"'<>]{3,})@"#;
 
 /// Every labelled secret value in `text` (no cap: evidence hides them all).
 fn labelled_values(text: &str) -> Vec<std::ops::Range<usize>> {
-    static RE: OnceLock<Option<Regex>> = OnceLock::new();
-    let Some(re) = RE.get_or_init(|| Regex::new(LABELLED_VALUE).ok()) else {
+    static RE: OnceLock<Option<(Regex, Regex)>> = OnceLock::new();
+    let Some((labelled, url)) = RE.get_or_init(|| {
+        Some((
+            Regex::new(LABELLED_VALUE).ok()?,
+            Regex::new(URL_PASSWORD).ok()?,
+        ))
+    }) else {
         return Vec::new();
     };
-    re.captures_iter(text)
-        .filter_map(|c| c.name("dq").or(c.name("sq")).or(c.name("bare")))
+    let mut found: Vec<std::ops::Range<usize>> = labelled
+        .captures_iter(text)
+        .filter_map(|c| {
+            c.name("dq")
+                .or(c.name("sq"))
+                .or(c.name("eq"))
+                .or(c.name("bare"))
+        })
         .map(|m| m.range())
-        .collect()
+        .collect();
+    found.extend(
+        url.captures_iter(text)
+            .filter_map(|c| c.name("pw"))
+            .map(|m| m.range()),
+    );
+    found
 }
 
 /// Whether `text` holds a credential or a value labelled as a secret (a
