@@ -360,7 +360,9 @@ impl Ctx<'_> {
                 .filter(|l| secrets::holds_secret(&l.text))
                 .map(|l| l.raw_span.clone())
                 .collect();
-            secrets::evidence_spans(self.raw, self.secrets(), &carriers)
+            let mut found = self.secrets().to_vec();
+            found.extend(secrets::find_across_invisibles(self.raw));
+            secrets::evidence_spans(self.raw, &found, &carriers)
         })
     }
 

@@ -303,6 +303,41 @@ pub fn find_secrets(text: &str) -> Vec<SecretMatch> {
     find_with(text, compiled().candidates(text))
 }
 
+/// The credentials that only appear once invisible characters are taken
+/// out (`ghp_A1b2<U+200B>C3d4…`: wikis break long words that way), as
+/// ranges of `text` that include the invisibles. For evidence: a finding
+/// next to such a token must not show its halves.
+pub fn find_across_invisibles(text: &str) -> Vec<SecretMatch> {
+    if text.is_ascii() {
+        return Vec::new();
+    }
+    // The byte offset in `text` of every byte kept.
+    let mut kept = String::with_capacity(text.len());
+    let mut from: Vec<usize> = Vec::with_capacity(text.len());
+    for (at, c) in text.char_indices() {
+        if crate::normalize::is_invisible(c) {
+            continue;
+        }
+        kept.push(c);
+        from.extend(at..at + c.len_utf8());
+    }
+    if kept.len() == text.len() {
+        return Vec::new();
+    }
+    find_secrets(&kept)
+        .into_iter()
+        .map(|m| SecretMatch {
+            range: from[m.range.start]..from[m.range.end - 1] + 1,
+            ..m
+        })
+        .filter(|m| {
+            text[m.range.clone()]
+                .chars()
+                .any(crate::normalize::is_invisible)
+        })
+        .collect()
+}
+
 /// The credentials of the patterns in `candidates` (bits of indices).
 fn find_with(text: &str, candidates: u32) -> Vec<SecretMatch> {
     let mut out: Vec<SecretMatch> = Vec::new();
