@@ -539,6 +539,18 @@ fn sensitive_name(name: &str) -> bool {
         .any(|s| upper == *s || upper.ends_with(&format!("_{s}")))
 }
 
+/// A policy `env` value that is a secret written out: by its name, by its
+/// shape (what `gatehouse protect` would move to the keyring), or a URL
+/// carrying a password. The policy file's text is kept in the database as
+/// the last good policy, so none may pass.
+fn plain_text_secret(name: &str, value: &str) -> bool {
+    use gatehouse_vault::detect;
+    sensitive_name(name)
+        || SECRET_PREFIXES.iter().any(|p| value.starts_with(p))
+        || detect::env_secret(name, value).is_some()
+        || detect::connection_password(value).is_some()
+}
+
 fn check_server(c: &mut Checker<'_>, path: &KeyPath, s: &RawServer) -> Option<ServerEntry> {
     let mut ok = true;
     let tool_allowlist = match &s.tool_allowlist {
@@ -570,7 +582,7 @@ fn check_server(c: &mut Checker<'_>, path: &KeyPath, s: &RawServer) -> Option<Se
             } else {
                 env.insert(name.clone(), EnvValue::Vault(reference.to_owned()));
             }
-        } else if sensitive_name(name) || SECRET_PREFIXES.iter().any(|p| value.starts_with(p)) {
+        } else if plain_text_secret(name, value) {
             // Never echo the value: it may be a real secret.
             c.err(
                 &p,

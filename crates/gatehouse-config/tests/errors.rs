@@ -190,6 +190,35 @@ fn secrets_never_come_back_in_errors() {
     );
 }
 
+/// What `gatehouse protect` would move to the keyring is refused in a
+/// policy's `env` too (the policy's text is kept in the database as the last
+/// good one): a password in a URL, secret-shaped values under any name.
+#[test]
+fn env_secrets_protect_would_move_are_refused() {
+    for (name, value) in [
+        ("DATABASE_URL", "postgres://app:Canary-pw-77@db/app"),
+        ("PGPASSWORD", "Canary-pw-77"),
+        ("UPSTREAM", "https://app:Canary-pw-77@api.example/v1"),
+        ("STRIPE", "sk_live_CanaryCanary0123456789abcdef"),
+        (
+            "SESSION",
+            "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlLXZhbHVl",
+        ),
+    ] {
+        check(
+            &format!("[servers.db]\nenv = {{ {name} = \"{value}\" }}\n"),
+            &format!("2:{}: looks like a secret", name.len() + 12),
+        );
+    }
+    for (name, value) in [
+        ("LOG_LEVEL", "debug"),
+        ("API_BASE", "https://api.example/v1"),
+    ] {
+        let text = format!("[servers.db]\nenv = {{ {name} = \"{value}\" }}\n");
+        assert!(check_text("p.toml", &text).is_ok(), "{text}");
+    }
+}
+
 #[test]
 fn several_errors_are_all_reported_in_order() {
     let diags = diagnostics("[limits]\nmax_frame_bytes = 1\nscan_budget_ms = 0\n");
