@@ -360,7 +360,7 @@ impl Ctx<'_> {
                 .filter(|l| secrets::holds_secret(&l.text))
                 .map(|l| l.raw_span.clone())
                 .collect();
-            let mut found = self.secrets().to_vec();
+            let mut found = secrets::find_all_secrets(self.raw);
             found.extend(secrets::find_across_invisibles(self.raw));
             secrets::evidence_spans(self.raw, &found, &carriers)
         })

@@ -127,27 +127,27 @@ enum Finder {
 /// The `{0,8192}` of the private-key pattern: characters of key body
 /// before the END line (or the end of the text).
 const KEY_BODY_MAX_CHARS: usize = 8192;
-/// Matches of one pattern looked at per string.
+/// Matches of one pattern looked at per string for findings.
 const MAX_MATCHES: usize = 32;
+/// … and for evidence ([`find_all_secrets`]): every token of a large dump,
+/// bounded so an adversarial text cannot make the overlap check quadratic
+/// without end.
+const EVIDENCE_MAX_MATCHES: usize = 1024;
 
 impl Finder {
-    fn matches(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+    fn matches(&self, text: &str, max: usize) -> Vec<std::ops::Range<usize>> {
         match self {
             Finder::Regex(re) if re.capture_names().any(|n| n == Some("value")) => re
                 .captures_iter(text)
                 .filter_map(|c| c.name("value"))
-                .take(MAX_MATCHES)
+                .take(max)
                 .map(|m| m.range())
                 .collect(),
-            Finder::Regex(re) => re
-                .find_iter(text)
-                .take(MAX_MATCHES)
-                .map(|m| m.range())
-                .collect(),
+            Finder::Regex(re) => re.find_iter(text).take(max).map(|m| m.range()).collect(),
             Finder::PrivateKey { header, end } => {
                 let mut out = Vec::new();
                 let mut at = 0;
-                while out.len() < MAX_MATCHES {
+                while out.len() < max {
                     let Some(h) = header.find_at(text, at) else {
                         break;
                     };
@@ -300,7 +300,14 @@ fn is_placeholder(value: &str) -> bool {
 }
 
 pub fn find_secrets(text: &str) -> Vec<SecretMatch> {
-    find_with(text, compiled().candidates(text))
+    find_with(text, compiled().candidates(text), MAX_MATCHES)
+}
+
+/// The credentials in `text` up to [`EVIDENCE_MAX_MATCHES`] per pattern,
+/// past the cap of [`find_secrets`]: what evidence hides (a `.env` dump
+/// with 40 tokens next to a finding shows none of them).
+pub fn find_all_secrets(text: &str) -> Vec<SecretMatch> {
+    find_with(text, compiled().candidates(text), EVIDENCE_MAX_MATCHES)
 }
 
 /// The credentials that only appear once invisible characters are taken
@@ -339,7 +346,7 @@ pub fn find_across_invisibles(text: &str) -> Vec<SecretMatch> {
 }
 
 /// The credentials of the patterns in `candidates` (bits of indices).
-fn find_with(text: &str, candidates: u32) -> Vec<SecretMatch> {
+fn find_with(text: &str, candidates: u32, max: usize) -> Vec<SecretMatch> {
     let mut out: Vec<SecretMatch> = Vec::new();
     let compiled = compiled();
     for (i, pattern) in SECRET_PATTERNS.iter().enumerate() {
@@ -349,7 +356,7 @@ fn find_with(text: &str, candidates: u32) -> Vec<SecretMatch> {
         let Some(finder) = compiled.finder(i) else {
             continue;
         };
-        for m in finder.matches(text) {
+        for m in finder.matches(text, max) {
             if out
                 .iter()
                 .any(|o| o.range.start < m.end && m.start < o.range.end)
@@ -658,7 +665,7 @@ mod tests {
         let texts = credential_texts();
         let mut found = 0;
         for text in &texts {
-            let all = find_with(text, u32::MAX);
+            let all = find_with(text, u32::MAX, MAX_MATCHES);
             let filtered = find_secrets(text);
             let ranges = |v: &[SecretMatch]| {
                 v.iter()
@@ -777,7 +784,12 @@ mod tests {
         ];
         for text in &cases {
             let expected: Vec<_> = whole.find_iter(text).take(32).map(|m| m.range()).collect();
-            assert_eq!(finder.matches(text), expected, "for {:.80}…", text);
+            assert_eq!(
+                finder.matches(text, MAX_MATCHES),
+                expected,
+                "for {:.80}…",
+                text
+            );
         }
     }
 
