@@ -352,7 +352,7 @@ impl Scanner {
     /// Scans every string of a tool definition (and property names).
     pub fn scan_tool(&self, tool: &Value) -> Report {
         let mut strings = Strings::default();
-        collect_strings(tool, String::new(), &mut strings, true, 0);
+        collect_strings(tool, String::new(), &mut strings, Keys::Named, 0);
         let mut report = self.scan_strings(Carrier::Definition, &strings);
         report.extend(self.engine.tool_level(self, &strings));
         report.finish()
@@ -378,7 +378,7 @@ impl Scanner {
     /// Scans a prompt, resource or resource template from a list result.
     pub fn scan_listed(&self, _kind: ListedKind, item: &Value) -> Report {
         let mut strings = Strings::default();
-        collect_strings(item, String::new(), &mut strings, true, 0);
+        collect_strings(item, String::new(), &mut strings, Keys::Named, 0);
         let mut report = Report::default();
         for s in strings.iter() {
             if s.path.ends_with("uri")
@@ -431,7 +431,7 @@ impl Scanner {
                     }
                 }
             }
-            _ => collect_strings(result, String::new(), &mut strings, false, 0),
+            _ => collect_strings(result, String::new(), &mut strings, Keys::No, 0),
         }
         self.scan_strings(Carrier::Output, &strings).finish()
     }
@@ -440,7 +440,7 @@ impl Scanner {
     /// string of its `data`.
     pub fn scan_error(&self, error: &Value) -> Report {
         let mut strings = Strings::default();
-        collect_strings(error, String::new(), &mut strings, false, 0);
+        collect_strings(error, String::new(), &mut strings, Keys::All, 0);
         self.scan_strings(Carrier::Output, &strings).finish()
     }
 
@@ -467,7 +467,7 @@ impl Scanner {
                 }
                 // Tools the server offers the model: read as definitions.
                 if let Some(tools) = params.get("tools") {
-                    collect_strings(tools, "tools".into(), &mut strings, true, 0);
+                    collect_strings(tools, "tools".into(), &mut strings, Keys::Named, 0);
                 }
             }
             "elicitation/create" => {
@@ -479,10 +479,16 @@ impl Scanner {
                     });
                 }
                 if let Some(schema) = params.get("requestedSchema") {
-                    collect_strings(schema, "requestedSchema".into(), &mut strings, true, 0);
+                    collect_strings(
+                        schema,
+                        "requestedSchema".into(),
+                        &mut strings,
+                        Keys::Named,
+                        0,
+                    );
                 }
             }
-            _ => collect_strings(params, String::new(), &mut strings, false, 0),
+            _ => collect_strings(params, String::new(), &mut strings, Keys::No, 0),
         }
         self.scan_strings(Carrier::Request, &strings).finish()
     }
@@ -491,7 +497,7 @@ impl Scanner {
     /// shell, query or CLI syntax and credential paths.
     pub fn scan_call_arguments(&self, arguments: &Value) -> Report {
         let mut strings = Strings::default();
-        collect_strings(arguments, "arguments".into(), &mut strings, false, 0);
+        collect_strings(arguments, "arguments".into(), &mut strings, Keys::No, 0);
         self.scan_strings(Carrier::Argument, &strings).finish()
     }
 }
@@ -645,11 +651,22 @@ fn indexed(path: &str, i: usize) -> String {
     item
 }
 
+/// Which object keys [`collect_strings`] reads as text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Keys {
+    No,
+    /// Property names (under `properties`) and `x-`/`_` keys: what a
+    /// definition's schema names.
+    Named,
+    /// Every key: structured data a model may read whole.
+    All,
+}
+
 fn collect_strings<'a>(
     v: &'a Value,
     path: String,
     out: &mut Strings<'a>,
-    keys: bool,
+    keys: Keys,
     depth: usize,
 ) {
     if out.past_limits(v, &path, depth) {
@@ -670,7 +687,12 @@ fn collect_strings<'a>(
             let is_props = path.ends_with("properties");
             for (k, item) in m {
                 let p = join(&path, k);
-                if keys && (is_props || k.starts_with("x-") || k.starts_with('_')) {
+                let read = match keys {
+                    Keys::No => false,
+                    Keys::Named => is_props || k.starts_with("x-") || k.starts_with('_'),
+                    Keys::All => true,
+                };
+                if read {
                     out.push(Str {
                         path: format!("{p}(key)"),
                         text: k.as_str(),
@@ -739,12 +761,18 @@ fn collect_block<'a>(block: &'a Value, path: String, out: &mut Strings<'a>, dept
                     collect_block(content, join(&path, "content"), out, depth + 1);
                 }
                 if let Some(sc) = m.get("structuredContent") {
-                    collect_strings(sc, join(&path, "structuredContent"), out, false, depth + 1);
+                    collect_strings(
+                        sc,
+                        join(&path, "structuredContent"),
+                        out,
+                        Keys::All,
+                        depth + 1,
+                    );
                 }
             }
             Some("tool_use") => {
                 if let Some(input) = m.get("input") {
-                    collect_strings(input, join(&path, "input"), out, false, depth + 1);
+                    collect_strings(input, join(&path, "input"), out, Keys::No, depth + 1);
                 }
             }
             // image / audio / blobs carry base64 payloads: not text-scanned.
@@ -773,7 +801,7 @@ fn collect_call_result<'a>(result: &'a Value, out: &mut Strings<'a>) {
         collect_content_block(content, "content".into(), out);
     }
     if let Some(sc) = result.get("structuredContent") {
-        collect_strings(sc, "structuredContent".into(), out, false, 0);
+        collect_strings(sc, "structuredContent".into(), out, Keys::All, 0);
     }
     // tasks/result may nest the CallToolResult under `result`.
     if let Some(inner) = result.get("result").filter(|r| r.is_object()) {
@@ -802,6 +830,8 @@ mod tests {
             [
                 ("content[0].text", "a"),
                 ("content[1][0].resource.text", "b"),
+                ("structuredContent.rows(key)", "rows"),
+                ("structuredContent.rows[0].note(key)", "note"),
                 ("structuredContent.rows[0].note", "c"),
                 ("structuredContent.rows[1]", "d"),
             ]
