@@ -120,6 +120,21 @@ fn main() {
         }
     });
     println!("50-tool tools/list: {d:?}");
+
+    // A query tool's answer: 200 rows of 5 fields, as text and as
+    // structured content (keys and values read).
+    let rows: Vec<Value> = (0..200)
+        .map(|i| {
+            json!({"id": i, "name": format!("customer {i}"), "email": format!("user{i}@example.com"),
+                   "plan": if i % 3 == 0 { "pro" } else { "free" }, "created_at": "2026-01-02T03:04:05Z"})
+        })
+        .collect();
+    let result = json!({"content": [{"type": "text", "text": Value::Array(rows.clone()).to_string()}],
+                        "structuredContent": {"rows": rows}});
+    let d = time(|| {
+        std::hint::black_box(sc.scan_result("tools/call", &result));
+    });
+    println!("200-row structured tools/call result: {d:?}");
 }
 
 /// A busy server with varied outputs, as a fresh scanner (a new wrap

@@ -559,6 +559,9 @@ const MAX_STRINGS: usize = 10_000;
 pub(crate) struct Strings<'a> {
     found: Vec<Str<'a>>,
     cut_at: Option<String>,
+    /// Keys read under [`Keys::All`]: rows of structured data repeat
+    /// theirs, and each text is scanned once.
+    keys_read: std::collections::HashSet<&'a str>,
 }
 
 impl<'a> Strings<'a> {
@@ -690,7 +693,7 @@ fn collect_strings<'a>(
                 let read = match keys {
                     Keys::No => false,
                     Keys::Named => is_props || k.starts_with("x-") || k.starts_with('_'),
-                    Keys::All => true,
+                    Keys::All => out.keys_read.insert(k.as_str()),
                 };
                 if read {
                     out.push(Str {
