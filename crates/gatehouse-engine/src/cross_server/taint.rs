@@ -16,7 +16,12 @@
 //!
 //! The hashes are keyed with a per-install key passed in by the host, so a
 //! reader of the database cannot test guesses without that key (a speed
-//! bump, as the key is readable by same-user code — DESIGN §6). Arguments are
+//! bump, as the key is readable by same-user code — DESIGN §6). With the
+//! key, overlapping windows give more than guesses: from a known 15-byte
+//! prefix (`"password": "`) the text that follows can be recovered a byte
+//! at a time (256 tries each) while its marks are in the window's look-back
+//! — the marks of a read are as sensitive as the read, for as long as they
+//! are kept, to whoever holds `install.key` and the database. Arguments are
 //! hashed the same way as written and after one layer of decoding (base64,
 //! hex, percent-encoding, a JSON string holding more strings).
 
