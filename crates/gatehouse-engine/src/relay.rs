@@ -48,10 +48,14 @@ enum Internal {
     Abandoned,
 }
 
-/// How long Gatehouse waits for each page of its own `tools/list` before
-/// the calls parked behind it are answered with an error. Half the 60 s
-/// request timeout common in MCP clients, so the client hears why first.
+/// How long Gatehouse waits for its own `tools/list`, all pages, before the
+/// calls parked behind it are answered with an error. Half the 60 s request
+/// timeout common in MCP clients, so the client hears why first.
 pub const OWN_LIST_TIMEOUT_MS: u64 = 30_000;
+
+/// Most pages of Gatehouse's own listing: a server whose cursors never end
+/// (or repeat) fails the listing instead of parking the client for good.
+pub const OWN_LIST_MAX_PAGES: usize = 100;
 
 /// After a failed own listing, calls that need it are blocked at once for
 /// this long, doubling with each failure in a row up to
@@ -63,8 +67,10 @@ pub const OWN_LIST_RETRY_MAX_MS: u64 = 60_000;
 /// client listed (DESIGN §3: "wrap lists first").
 #[derive(Debug, Default)]
 struct OwnListing {
-    /// While a page is asked for: when it must have been answered.
+    /// While a listing is under way: when its last page must have come.
     deadline_ms: Option<u64>,
+    /// The cursors asked for so far in this listing.
+    cursors: Vec<String>,
     /// The last listing failed: why, and when the next may start.
     failed: Option<ListFailure>,
     /// The protocol fields of the call's `_meta` that started the listing
@@ -812,10 +818,14 @@ impl<I: Inspector> Relay<I> {
                 cursor: cursor.map(Value::to_string),
             },
         );
-        if cursor.is_none() {
-            self.begin_listing();
+        match cursor {
+            None => {
+                self.begin_listing();
+                self.own_listing.deadline_ms = Some(now_ms + OWN_LIST_TIMEOUT_MS);
+                self.own_listing.cursors.clear();
+            }
+            Some(cursor) => self.own_listing.cursors.push(cursor.to_string()),
         }
-        self.own_listing.deadline_ms = Some(now_ms + OWN_LIST_TIMEOUT_MS);
         let mut params = serde_json::Map::new();
         if let Some(cursor) = cursor {
             params.insert("cursor".into(), cursor.clone());
@@ -1069,6 +1079,13 @@ impl<I: Inspector> Relay<I> {
             .filter(|c| !c.is_null())
         {
             Some(cursor) => {
+                let seen = &self.own_listing.cursors;
+                if seen.contains(&cursor.to_string()) || seen.len() + 1 >= OWN_LIST_MAX_PAGES {
+                    let reason = format!(
+                        "the server's tools/list pages do not end (a cursor repeated, or more than {OWN_LIST_MAX_PAGES} pages)"
+                    );
+                    return self.own_listing_failed(reason, now_ms, out);
+                }
                 let cursor = cursor.clone();
                 self.start_internal_listing(Some(&cursor), now_ms, out);
             }
@@ -2096,7 +2113,7 @@ impl<I: Inspector> Relay<I> {
                 *request = Internal::Abandoned;
             }
             let reason = format!(
-                "the server did not answer tools/list within {} s",
+                "the server did not list its tools within {} s",
                 OWN_LIST_TIMEOUT_MS / 1000
             );
             self.own_listing_failed(reason, now_ms, &mut out);

@@ -470,6 +470,39 @@ fn retries_of_a_failing_own_listing_back_off() {
     );
 }
 
+/// A server whose pages never end cannot park the client for good: a
+/// repeated cursor fails the listing at once, and the deadline is the whole
+/// listing's, not each page's.
+#[test]
+fn an_own_listing_whose_pages_never_end_fails() {
+    let mut r = relay(Settings::default(), PinTable::default());
+    let listing = park_call(&mut r, 5, "echo", 0);
+    let page = |id: &Value, cursor: &str| {
+        line(json!({"jsonrpc":"2.0","id":id,"result":{"tools":[],"nextCursor":cursor}}))
+    };
+    let out = r.on_server_frame(page(&listing, "c1"), 1);
+    let second = to_server(&out)[0]["id"].clone();
+    let out = r.on_server_frame(page(&second, "c1"), 2);
+    let answer = &to_client(&out)[0];
+    assert_eq!(
+        (answer["id"].clone(), blocked_rule(answer)),
+        (json!(5), "list.failed".to_string())
+    );
+    assert!(answer.to_string().contains("do not end"), "{answer}");
+    assert!(to_server(&out).is_empty(), "no further page is asked for");
+
+    // New cursors every page: the deadline set at the first page holds.
+    let mut r = relay(Settings::default(), PinTable::default());
+    let mut id = park_call(&mut r, 5, "echo", 0);
+    for n in 1..3u64 {
+        let out = r.on_server_frame(page(&id, &format!("c{n}")), n * 10_000);
+        id = to_server(&out)[0]["id"].clone();
+        assert_eq!(r.next_deadline_ms(), Some(OWN_LIST_TIMEOUT_MS));
+    }
+    let out = r.on_tick(OWN_LIST_TIMEOUT_MS);
+    assert_eq!(blocked_rule(&to_client(&out)[0]), "list.failed");
+}
+
 #[test]
 fn an_unanswered_own_listing_times_out_and_answers_the_parked_calls() {
     let mut r = relay(Settings::default(), PinTable::default());
@@ -485,7 +518,7 @@ fn an_unanswered_own_listing_times_out_and_answers_the_parked_calls() {
         answer["result"]["content"][0]["text"]
             .as_str()
             .unwrap()
-            .contains("did not answer tools/list within 30 s"),
+            .contains("did not list its tools within 30 s"),
         "{answer}"
     );
     assert_eq!(
