@@ -562,6 +562,24 @@ impl<I: Inspector> Relay<I> {
         out.push(Output::Event(event));
     }
 
+    /// The client cancelled a request the server has: it is no longer
+    /// tracked (the server need not answer; an answer that crosses the
+    /// cancellation is then unmatched and dropped, as the client would
+    /// ignore it), and later stages are told ([`Output::Settled`]).
+    fn cancelled(&mut self, id: RequestId, out: &mut Vec<Output>) {
+        if self.pending.contains_key(&id) {
+            self.forget(&id);
+            out.push(Output::Settled(id));
+        }
+    }
+
+    /// Stops tracking a client request the server will not answer through
+    /// the relay (cancelled, or answered by a later stage in its place).
+    pub fn forget(&mut self, id: &RequestId) {
+        self.pending.remove(id);
+        self.progress_tokens.remove(id);
+    }
+
     fn client_message(&mut self, msg: &Message, now_ms: u64, out: &mut Vec<Output>) -> Verdict {
         let MessageKind::Request { id, method } = &msg.kind else {
             // JSON that is no JSON-RPC message (`123`, `[]`, a batch inside
@@ -570,6 +588,9 @@ impl<I: Inspector> Relay<I> {
             // server request is the exception, left to the server.
             let attempted_answer = msg.value.get("method").is_none()
                 && (msg.value.get("result").is_some() || msg.value.get("error").is_some());
+            if let Some(cancelled) = cancelled_request(msg) {
+                self.cancelled(cancelled, out);
+            }
             return match msg.kind {
                 MessageKind::Invalid(why) if !attempted_answer => {
                     self.invalid_request(msg, why, out)

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use gatehouse_protocol::Raw;
+use gatehouse_protocol::{Raw, RequestId};
 use serde_json::Value;
 
 /// Severity of a finding or decision, ordered from least to most severe.
@@ -168,6 +168,11 @@ pub enum Output {
     Persist(PinUpdate),
     /// Ask the person in the dashboard inbox; the host answers the server.
     Inbox(InputRequest),
+    /// A client request the server will not answer through the relay: the
+    /// client cancelled it, or a later stage (the egress guard, the
+    /// cross-server check) answered it in the server's place. Whatever
+    /// tracks it stops ([`crate::Relay::forget`]); nothing is written.
+    Settled(RequestId),
 }
 
 impl Output {

@@ -212,6 +212,16 @@ impl Cross {
                         Err(line) => out.push(line),
                     }
                 }
+                Output::Settled(id) => {
+                    // No result will come for it: its read stops waiting.
+                    let key = id_key(&id.to_value());
+                    match (&self.presence, late.as_mut()) {
+                        (_, Some(held)) => drop(held.local.pending.remove(&key)),
+                        (Some(p), None) => drop(p.local.lock().await.pending.remove(&key)),
+                        (None, None) => drop(self.pending.remove(&key)),
+                    }
+                    out.push(Output::Settled(id));
+                }
                 output @ (Output::ToClient(_)
                 | Output::Pass {
                     to: Peer::Client, ..
@@ -402,7 +412,9 @@ impl Cross {
             .await;
         match outcome {
             Ok(outcome) => {
-                if let (Some(call), ToolClass::Read) = (outcome.recorded, class) {
+                // A blocked read gets no result to wait for.
+                let forwarded = !matches!(outcome.decision.verdict.verdict, CrossVerdict::Block(_));
+                if let (Some(call), ToolClass::Read, true) = (outcome.recorded, class, forwarded) {
                     match &self.presence {
                         Some(p) => {
                             p.local
@@ -465,6 +477,7 @@ impl Cross {
         match &decision.verdict {
             CrossVerdict::Block(finding) => {
                 gatehouse_engine::retract_allowed_call(out, tool);
+                out.push(Output::Settled(rid.clone()));
                 Checked::Answer(blocked_value(rid, &self.me.server_id, tool, finding))
             }
             _ => Checked::Forward,
@@ -500,6 +513,7 @@ impl Cross {
         ));
         if block {
             gatehouse_engine::retract_allowed_call(out, tool);
+            out.push(Output::Settled(rid.clone()));
             let finding = cross_server::CrossFinding {
                 rule: "cross_server.unavailable",
                 severity: Severity::Medium,

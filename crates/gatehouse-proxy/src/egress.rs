@@ -162,6 +162,9 @@ impl Egress {
                     out.push(Output::Event(event));
                     if answer.is_some() {
                         gatehouse_engine::retract_allowed_call(out, &tool);
+                        if let Some(id) = item.get("id").and_then(RequestId::from_value) {
+                            out.push(Output::Settled(id));
+                        }
                     }
                     answer
                 }
@@ -462,6 +465,11 @@ mod tests {
             assert_eq!(event.rule, RULE);
             assert!(!format!("{event:?}").contains("EgressCanary"));
             assert!(!out.iter().any(|o| matches!(o, Output::ToServer(_))));
+            assert!(
+                out.iter()
+                    .any(|o| matches!(o, Output::Settled(id) if id.to_string() == "7")),
+                "the relay is told the server will not answer it: {out:?}"
+            );
         }
         // The owner may send its own secret; innocuous calls pass.
         let own = written(

@@ -741,6 +741,11 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         let outputs = egress.filter(outputs).await;
         let (outputs, late_marks) = cross.filter(outputs, &relay).await;
         let outputs = inbox.take(outputs);
+        for output in &outputs {
+            if let Output::Settled(id) = output {
+                relay.forget(id);
+            }
+        }
         ctx.dispatch(outputs, &mut client_out, &mut server_out);
         if server_spoke {
             if let Some((scanner_start, answered)) = first_answer.take() {
@@ -899,7 +904,7 @@ impl Dispatch<'_> {
                 Output::Persist(update) => self.recorder.persist(self.pin_server_id, update),
                 // `Inbox::take` has taken these already; a passed frame
                 // was written out above.
-                Output::Inbox(_) | Output::Pass { .. } => {}
+                Output::Inbox(_) | Output::Pass { .. } | Output::Settled(_) => {}
             }
         }
     }

@@ -874,6 +874,35 @@ fn an_answer_whose_id_differs_in_form_is_dropped_unjudged() {
     assert_eq!(listed_names(&to_client(&out)[0]), ["fetch"]);
 }
 
+/// A request the client cancelled is no longer tracked: later stages are
+/// told, its progress token goes, and an answer that crosses the
+/// cancellation is dropped as the client would ignore it.
+#[test]
+fn a_cancelled_request_is_forgotten() {
+    let mut r = relay_listing_fetch(Settings::default());
+    let mut with_token = call(2, "fetch");
+    with_token["params"]["_meta"] = json!({"progressToken": "p2"});
+    r.on_client_frame(line(with_token), 0);
+    let cancel =
+        json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2}});
+    let out = r.on_client_frame(line(cancel.clone()), 1);
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, Output::Settled(id) if id.to_string() == "2")),
+        "{out:?}"
+    );
+    assert_eq!(to_server(&out), vec![cancel], "the server hears of it");
+    let late = json!({"jsonrpc":"2.0","id":2,"result":{"content":[]}});
+    let out = r.on_server_frame(line(late), 2);
+    assert!(to_client(&out).is_empty(), "{out:?}");
+    assert_eq!(events(&out)[0].rule, "response.unmatched");
+    // A cancellation of nothing in flight settles nothing.
+    let stray =
+        json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":9}});
+    let out = r.on_client_frame(line(stray), 3);
+    assert!(!out.iter().any(|o| matches!(o, Output::Settled(_))));
+}
+
 /// Paused (audit only), an unmatched answer is scanned and forwarded
 /// with the event, as every refusal is.
 #[test]
