@@ -1679,7 +1679,17 @@ fn inject_secrets(
                         values.push(secret);
                     }
                     Ok(None) => {}
-                    Err(err) => report(format!("secret {name} unavailable: {err}")),
+                    Err(err) => {
+                        report(format!("secret {name} unavailable: {err}"));
+                        use gatehouse_vault::VaultError::{Timeout, Unavailable};
+                        if matches!(err, Timeout(_) | Unavailable(_)) {
+                            // The keyring itself: each further read would
+                            // wait as long again.
+                            keyring_unreadable =
+                                Some(format!("the OS keyring cannot be read: {err}"));
+                            break;
+                        }
+                    }
                 }
             }
         }
@@ -1696,6 +1706,9 @@ fn inject_secrets(
         )),
     }
     for (name, value) in &server.env {
+        if keyring_unreadable.is_some() {
+            break;
+        }
         if let gatehouse_config::EnvValue::Vault(secret_name) = value {
             match vault.get(&opts.server_id, secret_name) {
                 Ok(Some(secret)) => {
@@ -1718,6 +1731,17 @@ fn inject_secrets(
             }
         }
     }
+    if keyring_unreadable.is_some() {
+        // All or nothing: the secrets read before the keyring stopped
+        // answering come out again, and placeholders stay as they are
+        // (expanding them would ask again).
+        env.retain(|(_, v)| !values.iter().any(|s| s.expose() == v));
+        return Injected {
+            fingerprints: Vec::new(),
+            values: Vec::new(),
+            keyring_unreadable,
+        };
+    }
     // Protect leaves `NAME={{vault:NAME}}` in the client's env block.
     for (name, value) in env.iter_mut() {
         if value.contains("{{vault:") {
@@ -1727,14 +1751,22 @@ fn inject_secrets(
                 &opts.server_id,
             ) {
                 Ok(expanded) => *value = expanded.expose().concat(),
-                Err(err) => report(format!("variable {name} not expanded: {err}")),
+                Err(err) => {
+                    report(format!("variable {name} not expanded: {err}"));
+                    keyring_unreadable
+                        .get_or_insert_with(|| format!("variable {name} not expanded: {err}"));
+                }
             }
         }
     }
     if args.iter().any(|a| a.contains("{{vault:")) {
         match gatehouse_vault::expand_placeholders(args, vault, &opts.server_id) {
             Ok(expanded) => *args = expanded.expose().clone(),
-            Err(err) => report(format!("argument placeholders not expanded: {err}")),
+            Err(err) => {
+                report(format!("argument placeholders not expanded: {err}"));
+                keyring_unreadable
+                    .get_or_insert_with(|| format!("argument placeholders not expanded: {err}"));
+            }
         }
     }
     Injected {
@@ -1859,6 +1891,97 @@ mod tests {
         assert_eq!(echo.approved_hash.as_deref(), Some("sha256:aa"));
     }
 
+    /// A recorder whose events the test reads.
+    fn test_recorder() -> (Recorder, mpsc::UnboundedReceiver<Record<EngineEvent>>) {
+        let (events, events_rx) = mpsc::unbounded_channel();
+        let (pins, _pins_rx) = mpsc::unbounded_channel();
+        let recorder = Recorder {
+            events,
+            flushing: Arc::default(),
+            pins,
+            scrubber: Arc::default(),
+            first_sights: Arc::default(),
+            reloads: watch::channel(None).1,
+        };
+        (recorder, events_rx)
+    }
+
+    /// A keyring that stops answering at one secret.
+    struct StallsAt {
+        inner: gatehouse_vault::MemoryVault,
+        stalls_at: &'static str,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Vault for StallsAt {
+        fn get(
+            &self,
+            server: &str,
+            name: &str,
+        ) -> Result<Option<gatehouse_vault::Secret<String>>, gatehouse_vault::VaultError> {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            if name == self.stalls_at {
+                return Err(gatehouse_vault::VaultError::Timeout(Duration::from_secs(3)));
+            }
+            self.inner.get(server, name)
+        }
+        fn set(
+            &self,
+            server: &str,
+            name: &str,
+            value: gatehouse_vault::Secret<String>,
+        ) -> Result<(), gatehouse_vault::VaultError> {
+            self.inner.set(server, name, value)
+        }
+        fn delete(&self, server: &str, name: &str) -> Result<bool, gatehouse_vault::VaultError> {
+            self.inner.delete(server, name)
+        }
+        fn list(&self, server: &str) -> Result<Vec<String>, gatehouse_vault::VaultError> {
+            self.inner.list(server)
+        }
+    }
+
+    /// A keyring that stops answering part-way is asked nothing more (each
+    /// read would wait its 3 s again), and the server gets none of its
+    /// secrets: fail_closed then refuses it, else it starts without them.
+    #[test]
+    fn a_keyring_that_stops_answering_gives_no_secret_and_is_not_asked_again() {
+        let inner = gatehouse_vault::MemoryVault::new();
+        for name in ["A_TOKEN", "B_TOKEN", "C_TOKEN"] {
+            let value = gatehouse_vault::Secret::new(format!("{name}-value"));
+            inner.set("srv_a", name, value).unwrap();
+        }
+        let vault = Arc::new(StallsAt {
+            inner,
+            stalls_at: "B_TOKEN",
+            reads: Default::default(),
+        });
+        let opts = WrapOptions {
+            server_id: "srv_a".into(),
+            home: None,
+            pass_env: vec![],
+            argv: vec!["server".into()],
+            vault: Some(vault.clone()),
+            inbox_timeout: Duration::from_secs(1),
+        };
+        let (recorder, _events_rx) = test_recorder();
+        let policy = gatehouse_config::check_text("p", "").unwrap().policy;
+        let server = policy.server_settings("server");
+        let key = gatehouse_vault::GuardKey::for_install(b"key");
+        let mut env = vec![("PATH".to_owned(), "/usr/bin".to_owned())];
+        let mut args = vec!["--token={{vault:C_TOKEN}}".to_owned()];
+        let injected = inject_secrets(&opts, &key, &server, true, &mut env, &mut args, &recorder);
+        assert!(injected.keyring_unreadable.is_some());
+        assert_eq!(env, vec![("PATH".to_owned(), "/usr/bin".to_owned())]);
+        assert_eq!(args, ["--token={{vault:C_TOKEN}}"], "not expanded");
+        assert_eq!(
+            vault.reads.load(Ordering::Relaxed),
+            2,
+            "nothing asked after the stall"
+        );
+        assert!(injected.values.is_empty() && injected.fingerprints.is_empty());
+    }
+
     #[test]
     fn a_stored_secret_with_a_reserved_name_is_never_injected() {
         let vault = gatehouse_vault::MemoryVault::new();
@@ -1881,16 +2004,7 @@ mod tests {
             vault: Some(Arc::new(vault)),
             inbox_timeout: Duration::from_secs(1),
         };
-        let (events, mut events_rx) = mpsc::unbounded_channel();
-        let (pins, _pins_rx) = mpsc::unbounded_channel();
-        let recorder = Recorder {
-            events,
-            flushing: Arc::default(),
-            pins,
-            scrubber: Arc::default(),
-            first_sights: Arc::default(),
-            reloads: watch::channel(None).1,
-        };
+        let (recorder, mut events_rx) = test_recorder();
         let policy = gatehouse_config::check_text("p", "").unwrap().policy;
         let server = policy.server_settings("server");
         let key = gatehouse_vault::GuardKey::for_install(b"key");
