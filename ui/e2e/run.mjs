@@ -144,6 +144,9 @@ await step("consent inbox: answer one request, decline a sensitive one", async (
   const web = page.locator("article.consent", { hasText: "Paste your API key" });
   assert(await web.locator("[data-decline-only]").isVisible(), "sensitive request explains why it is declined");
   assert((await web.locator("input").count()) === 0, "no input field is offered for a secret");
+  const disguised = page.locator("article.consent", { hasText: "Confirm the value" });
+  assert(await disguised.locator("[data-decline-only]").isVisible(), "a field title disguised by a bidi override is decline-only");
+  assert((await disguised.locator("input").count()) === 0, "no input field is offered for it");
   const notes = page.locator("article.consent", { hasText: "Name the note" });
   assert((await notes.locator("[data-decline-only]").textContent()).includes("restricted"), "restricted server's request is decline-only");
   await tabUntil("article.consent button[data-action=decline]");

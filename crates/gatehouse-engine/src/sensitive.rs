@@ -60,8 +60,26 @@ fn words(name: &str) -> Vec<String> {
     out
 }
 
-/// Whether a field name (or title) asks for a secret.
+/// Bidi controls and other characters that render as nothing: no honest
+/// field name holds one, and one can make a name read as another
+/// (`\u{202E}drowssap` shows as "password").
+fn has_format_char(name: &str) -> bool {
+    name.chars().any(|c| {
+        matches!(c,
+            '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{FEFF}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{E0000}'..='\u{E007F}')
+    })
+}
+
+/// Whether a field name (or title) asks for a secret, or could pass for
+/// one that does.
 pub fn is_sensitive_name(name: &str) -> bool {
+    if has_format_char(name) {
+        return true;
+    }
     let ws = words(name);
     let joined: String = ws.concat();
     ws.iter().chain(std::iter::once(&joined)).any(|w| {
@@ -85,4 +103,38 @@ pub fn sensitive_fields(schema: &Value) -> Vec<String> {
         })
         .map(|(name, _)| name.clone())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_ask_for_secrets() {
+        for name in [
+            "password",
+            "apiKey",
+            "API_KEY",
+            "pass\u{200B}word",
+            "authorization",
+        ] {
+            assert!(is_sensitive_name(name), "{name:?}");
+        }
+        for name in ["repository", "branch", "count", "keyboardLayout"] {
+            assert!(!is_sensitive_name(name), "{name:?}");
+        }
+    }
+
+    /// A title that a bidi override makes read as "password" is declined
+    /// like "password" itself.
+    #[test]
+    fn a_name_disguised_by_a_bidi_override_counts_as_sensitive() {
+        assert!(is_sensitive_name("\u{202E}drowssap\u{202C}"));
+        assert!(is_sensitive_name("Value\u{2066}"));
+        let schema = serde_json::json!({"properties": {
+            "v": {"type": "string", "title": "\u{202E}drowssap\u{202C}"},
+            "branch": {"type": "string"}
+        }});
+        assert_eq!(sensitive_fields(&schema), ["v"]);
+    }
 }

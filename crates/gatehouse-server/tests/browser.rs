@@ -118,6 +118,19 @@ async fn dashboard_in_headless_chromium() {
         })
         .await
         .unwrap();
+    // One whose field title a bidi override makes read as "password".
+    store
+        .create_consent(&NewConsent {
+            kind: gatehouse_store::ConsentKind::Elicitation,
+            server_id: "srv-files".into(),
+            tool: None,
+            payload_json: json!({ "message": "Confirm the value", "mode": "form", "requestedSchema": { "type": "object", "properties": { "v": { "type": "string", "title": "\u{202E}drowssap\u{202C}" } } } }).to_string(),
+            created_ms: common::now(),
+            expires_ms: Some(common::now() + 600_000),
+            requester_key: Some(pk.to_vec()),
+        })
+        .await
+        .unwrap();
     let web = common::consent_id(&store, "srv-web", "elicitation").await;
 
     let mut config = common::config_for(home.path(), store.clone());

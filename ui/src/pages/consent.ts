@@ -1,7 +1,7 @@
 import { api, type ConsentRow } from "../api";
 import { h, mount } from "../dom";
 import { announce, badge, empty, errorBox, field, page } from "../ui";
-import { prettyJson, renderText } from "../text";
+import { prettyJson, renderText, revealed } from "../text";
 import { localTime } from "../time";
 import { toolReview } from "../review";
 
@@ -17,7 +17,7 @@ const KIND_LABEL: Record<string, string> = {
 /** What approving a held server means, in one sentence. */
 function heldExplanation(c: ConsentRow, p: Record<string, unknown>): string | null {
   if (c.kind === "held_package") {
-    return `It launches the package ${String(p.package ?? "?")}, whose name is close to ${String(p.similar_to ?? "?")}. ` +
+    return `It launches the package ${revealed(String(p.package ?? "?"))}, whose name is close to ${revealed(String(p.similar_to ?? "?"))}. ` +
       "It has not been started. Allow runs exactly this package for this server from its next start.";
   }
   if (c.kind === "held_launch") {
@@ -37,7 +37,7 @@ interface SchemaProp {
 
 function inputFor(name: string, p: SchemaProp): { el: HTMLElement; value: () => unknown } {
   if (Array.isArray(p.enum)) {
-    const s = h("select", { name }, ...p.enum.map((v) => h("option", { value: String(v), text: String(v) })));
+    const s = h("select", { name }, ...p.enum.map((v) => h("option", { value: String(v), text: revealed(String(v)) })));
     return { el: s, value: () => s.value };
   }
   if (p.type === "boolean") {
@@ -93,7 +93,7 @@ function card(c: ConsentRow, refresh: () => void): HTMLElement {
     article.appendChild(h("blockquote", { class: "asks" }, renderText(String(p.message ?? ""))));
     const decline = h("button", { type: "button", class: "danger", text: "Decline", attrs: { "data-action": "decline" }, on: { click: () => void answer("decline") } });
     if (c.decline_only) {
-      article.appendChild(h("p", { class: "warn", attrs: { "data-decline-only": "true" } }, c.decline_only));
+      article.appendChild(h("p", { class: "warn", attrs: { "data-decline-only": "true" } }, renderText(c.decline_only)));
       article.appendChild(h("div", { class: "buttons" }, decline));
     } else if (p.mode === "url") {
       article.appendChild(h("p", {}, "It asks you to open this address (Gatehouse never opens or fetches it):"));
@@ -103,12 +103,14 @@ function card(c: ConsentRow, refresh: () => void): HTMLElement {
       const schema = (p.requestedSchema ?? {}) as { properties?: Record<string, SchemaProp>; required?: string[] };
       const props = Object.entries(schema.properties ?? {});
       const getters: [string, () => unknown][] = [];
-      const form = h("form", { class: "elicit", attrs: { "aria-label": "Answer for " + c.server_name } });
+      const form = h("form", { class: "elicit", attrs: { "aria-label": "Answer for " + revealed(c.server_name) } });
       for (const [name, prop] of props) {
         const { el, value } = inputFor(name, prop);
         getters.push([name, value]);
-        const label = (prop.title ?? name) + ((schema.required ?? []).includes(name) ? " (required)" : "");
-        form.appendChild(field(label, el, prop.description));
+        // Server-supplied text shows what it holds: a bidi override cannot
+        // make `drowssap` read as "password".
+        const label = revealed(prop.title ?? name) + ((schema.required ?? []).includes(name) ? " (required)" : "");
+        form.appendChild(field(label, el, prop.description === undefined ? undefined : revealed(String(prop.description))));
       }
       form.appendChild(h("div", { class: "buttons" }, h("button", { type: "submit", class: "primary", text: "Send answer", attrs: { "data-action": "accept" } }), decline));
       form.addEventListener("submit", (e) => {
