@@ -153,8 +153,14 @@ export async function consentPage(main: HTMLElement): Promise<() => void> {
   };
   await refresh();
   mount(main, page("Consent inbox", "Everything waiting on you. Each request names the server, its command and client before anything else.", list));
+  // Never rebuilt under the person's hand: a card that moves as another
+  // expires must not put "Allow" where "Decline" was. WebKit does not focus
+  // a clicked button, so the pointer counts as well as focus.
+  let pointerInside = false;
+  list.addEventListener("pointerenter", () => (pointerInside = true));
+  list.addEventListener("pointerleave", () => (pointerInside = false));
   const timer = window.setInterval(() => {
-    if (!list.contains(document.activeElement)) void refresh();
+    if (!pointerInside && !list.contains(document.activeElement)) void refresh();
   }, 5000);
   return () => window.clearInterval(timer);
 }

@@ -1,7 +1,7 @@
 import { api, type ServerRow } from "../api";
 import { h, mount } from "../dom";
 import { announce, empty, errorBox, field, page, table } from "../ui";
-import { renderText } from "../text";
+import { renderText, revealed } from "../text";
 
 export async function secretsPage(main: HTMLElement): Promise<void> {
   const [v, servers] = await Promise.all([
@@ -44,7 +44,9 @@ export async function secretsPage(main: HTMLElement): Promise<void> {
       ),
     ),
   );
-  const server = h("select", { name: "server", required: true }, ...servers.items.map((s) => h("option", { value: s.id, text: s.name })));
+  // Two configs may name different servers alike (a project's `github`
+  // next to the user's): each option says which one it is.
+  const server = h("select", { name: "server", required: true }, ...servers.items.map((s) => h("option", { value: s.id, text: serverLabel(s) })));
   const name = h("input", { type: "text", name: "name", required: true, autocomplete: "off", pattern: "[A-Za-z0-9_.-]+" });
   const value = h("input", { type: "password", name: "value", required: true, autocomplete: "new-password" });
   const form = h("form", { class: "filters", attrs: { "aria-label": "Store a secret" } }, field("Server", server), field("Name", name, "e.g. GITHUB_TOKEN"), field("Value", value, "Stored in the OS keyring; never shown again."), h("div", { class: "field actions" }, h("button", { type: "submit", class: "primary", text: "Store secret" })));
@@ -70,4 +72,14 @@ export async function secretsPage(main: HTMLElement): Promise<void> {
       msg,
     ),
   );
+}
+
+/** A server as the person can tell it from another of the same name: its
+ * name, client and command, invisible characters revealed, and its id. */
+export function serverLabel(s: ServerRow): string {
+  const parts = [revealed(s.name)];
+  if (s.client) parts.push(`via ${revealed(s.client)}`);
+  if (s.command) parts.push(`(${revealed(s.command)})`);
+  parts.push(`[${s.id}]`);
+  return parts.join(" ");
 }
