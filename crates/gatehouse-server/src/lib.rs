@@ -470,42 +470,40 @@ async fn serve_connections(
     use hyper_util::service::TowerToHyperService;
 
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    // Owner checks run beside the accept loop, a few at a time: reading
+    // `/proc/net/tcp` for one connection must not hold the next in line.
+    let checks = Arc::new(tokio::sync::Semaphore::new(PEER_CHECKS));
     let (draining_tx, draining) = watch::channel(false);
-    let mut refused_since_warning: u64 = 0;
-    let mut last_warning: Option<std::time::Instant> = None;
+    let refusals = Arc::new(Refusals::default());
     loop {
         // axum's `Listener` retries failed accepts itself (and pauses on EMFILE).
         let (stream, peer) = tokio::select! {
             conn = Listener::accept(&mut listener) => conn,
             _ = &mut stopped => break,
         };
-        // Another local user never takes a slot (nor reaches the API).
-        if stream
-            .local_addr()
-            .is_ok_and(|local| peer::is_other_user(local, peer))
-        {
-            tracing::debug!(%peer, "control plane: refused another user's connection");
-            continue;
-        }
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            drop(stream);
-            refused_since_warning += 1;
-            // One line a minute at most: the flood itself must not fill the log.
-            if last_warning.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60)) {
-                tracing::warn!(
-                    max = limits.max_connections,
-                    refused = refused_since_warning,
-                    "control plane: too many open connections; refusing new ones"
-                );
-                refused_since_warning = 0;
-                last_warning = Some(std::time::Instant::now());
-            }
-            continue;
-        };
         let service = TowerToHyperService::new(app.clone());
         let mut draining = draining.clone();
+        let (slots, checks, refusals) = (slots.clone(), checks.clone(), refusals.clone());
+        let max_connections = limits.max_connections;
         tokio::spawn(async move {
-            let _slot = slot;
+            // Another local user never takes a slot (nor reaches the API).
+            if let Ok(local) = stream.local_addr() {
+                let Ok(_checking) = checks.acquire_owned().await else {
+                    return;
+                };
+                let other = tokio::task::spawn_blocking(move || peer::is_other_user(local, peer))
+                    .await
+                    .unwrap_or(true);
+                if other {
+                    tracing::debug!(%peer, "control plane: refused another user's connection");
+                    return;
+                }
+            }
+            let Ok(_slot) = slots.try_acquire_owned() else {
+                drop(stream);
+                refusals.note(max_connections);
+                return;
+            };
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
@@ -529,6 +527,35 @@ async fn serve_connections(
     // Wait for every connection to give its slot back.
     let all = u32::try_from(limits.max_connections.max(1)).unwrap_or(u32::MAX);
     let _ = slots.acquire_many(all).await;
+}
+
+/// Owner checks of new connections run at once, at most.
+const PEER_CHECKS: usize = 16;
+
+/// Connections refused for want of a slot, reported one line a minute at
+/// most: the flood itself must not fill the log.
+#[derive(Default)]
+struct Refusals {
+    since_warning: std::sync::atomic::AtomicU64,
+    last_warning: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl Refusals {
+    fn note(&self, max: usize) {
+        use std::sync::atomic::Ordering;
+        self.since_warning.fetch_add(1, Ordering::Relaxed);
+        let Ok(mut last) = self.last_warning.lock() else {
+            return;
+        };
+        if last.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(60)) {
+            tracing::warn!(
+                max,
+                refused = self.since_warning.swap(0, Ordering::Relaxed),
+                "control plane: too many open connections; refusing new ones"
+            );
+            *last = Some(std::time::Instant::now());
+        }
+    }
 }
 
 /// Raises this process's soft limit on open files to its hard limit (on
