@@ -31,6 +31,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(50);
 const POLL: Duration = Duration::from_millis(200);
 /// Longest gap between progress notifications.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// Requests one server may have waiting in the inbox at once; more are
+/// declined at once (each wait holds a consent row and polls the database,
+/// which the relay's own checks share).
+pub const MAX_WAITING: usize = 4;
 
 /// Who is asking, as the inbox shows it.
 #[derive(Clone)]
@@ -62,6 +66,8 @@ pub(crate) struct Inbox {
     progress: u64,
     /// Consent rows this process still waits on.
     waiting: Waiting,
+    /// Waits under way (from the post, before their row exists).
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 type Waiting = Arc<Mutex<HashSet<i64>>>;
@@ -77,6 +83,7 @@ impl Inbox {
             rx,
             progress: 0,
             waiting: Waiting::default(),
+            in_flight: Arc::default(),
         }
     }
 
@@ -112,6 +119,21 @@ impl Inbox {
     }
 
     fn post(&mut self, request: InputRequest) -> Vec<Output> {
+        use std::sync::atomic::Ordering;
+        if self.in_flight.load(Ordering::Acquire) >= MAX_WAITING {
+            let (id, result) = decline(&request.id);
+            return vec![
+                Output::ToServer(response_line(&id, result)),
+                Output::Event(settled(
+                    "mcp_elicitation_declined",
+                    Action::Block,
+                    request.rule,
+                    format!(
+                        "{MAX_WAITING} input requests of this server already wait in the dashboard; declined"
+                    ),
+                )),
+            ];
+        }
         let Some(store) = self.store.clone() else {
             let (id, result) = decline(&request.id);
             return vec![
@@ -136,12 +158,14 @@ impl Inbox {
             "requests.elicitation" => "policy sends input requests to the Gatehouse dashboard; waiting for an answer there",
             _ => "the request asks for a secret-like field; waiting in the Gatehouse dashboard (decline only)",
         });
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
         let task = Waiter {
             store,
             asker: self.asker.clone(),
             timeout: self.timeout,
             tx: self.tx.clone(),
             waiting: self.waiting.clone(),
+            _in_flight: InFlight(self.in_flight.clone()),
         };
         tokio::spawn(task.run(request));
         vec![Output::Event(routed)]
@@ -206,12 +230,26 @@ struct Waiter {
     timeout: Duration,
     tx: mpsc::UnboundedSender<Note>,
     waiting: Waiting,
+    /// Counts this wait until it ends, however it ends.
+    _in_flight: InFlight,
+}
+
+/// One wait under way; the count drops with it.
+struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 impl Waiter {
     async fn run(self, request: InputRequest) {
         let (result, event) = self.wait(&request).await;
-        let _ = self.tx.send(Note::Done {
+        // The wait's place is free before its answer is seen.
+        let tx = self.tx.clone();
+        drop(self);
+        let _ = tx.send(Note::Done {
             id: request.id,
             result,
             event: Box::new(event),
@@ -481,6 +519,41 @@ mod tests {
             row.sealed_answer, None,
             "the ciphertext is erased once taken"
         );
+    }
+
+    /// A server cannot fill the inbox: past four waiting requests, the
+    /// next is declined at once; once one ends, another may wait.
+    #[tokio::test]
+    async fn a_fifth_waiting_request_is_declined_at_once() {
+        let (_dir, store) = store().await;
+        let mut inbox = Inbox::new(Some(store.clone()), asker(), Duration::from_secs(30));
+        for id in 1..=MAX_WAITING as u64 {
+            let rest = inbox.take(vec![Output::Inbox(request(id))]);
+            assert!(matches!(&rest[..], [Output::Event(e)] if e.kind == "mcp_elicitation_routed"));
+        }
+        let rest = inbox.take(vec![Output::Inbox(request(99))]);
+        let answer = rest.iter().find_map(|o| match o {
+            Output::ToServer(line) => Some(serde_json::from_slice::<Value>(line).unwrap()),
+            _ => None,
+        });
+        assert_eq!(
+            answer,
+            Some(json!({"jsonrpc": "2.0", "id": 99, "result": {"action": "decline"}}))
+        );
+        let pending = loop {
+            let list = store
+                .list_consents(Some(ConsentState::Pending), 10)
+                .await
+                .unwrap();
+            if list.len() == MAX_WAITING {
+                break list;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(store.decline_consent(pending[0].id, 1).await.unwrap());
+        next_done(&mut inbox).await;
+        let rest = inbox.take(vec![Output::Inbox(request(100))]);
+        assert!(matches!(&rest[..], [Output::Event(e)] if e.kind == "mcp_elicitation_routed"));
     }
 
     #[tokio::test]
