@@ -16,6 +16,13 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 /// Backlog length at which the loop stops reading the opposite peer.
 const BACKLOG_LIMIT: usize = 64;
 
+/// Backlog length at which the loop stops reading this outbox's own peer:
+/// Gatehouse's own answers to it (a declined `roots/list`, an error for a
+/// frame it dropped) pile up here when that peer sends without reading.
+/// Far above [`BACKLOG_LIMIT`]: a server that writes while its input is
+/// full is not stopped while it could still be working through it.
+const OWN_ANSWERS_LIMIT: usize = 4096;
+
 /// A peer's input: a pipe or socket driven non-blocking on the relay's
 /// thread, or (a terminal, a file) tokio's stdio.
 pub type Sink = Box<dyn AsyncWrite + Unpin + Send>;
@@ -56,6 +63,12 @@ impl Outbox {
     /// Whether the loop may read more from the opposite peer.
     pub fn has_room(&self) -> bool {
         self.backlog.len() < BACKLOG_LIMIT
+    }
+
+    /// Whether the loop may read more from this outbox's own peer (whose
+    /// frames may be answered here rather than passed on).
+    pub fn takes_answers(&self) -> bool {
+        self.backlog.len() < OWN_ANSWERS_LIMIT
     }
 
     pub fn is_idle(&self) -> bool {
@@ -169,6 +182,24 @@ mod tests {
         out.finish().await;
         let got = reading.await.unwrap();
         assert_eq!(got, b"aaaaa\nbbbbb\nccccc\nddddd\neeeee\n");
+    }
+
+    /// A peer that never reads stops being read once Gatehouse's answers
+    /// to it reach the limit, long after the opposite peer is held back.
+    #[tokio::test]
+    async fn answers_a_peer_does_not_read_stop_its_reading_at_the_limit() {
+        let (writer, _reader) = tokio::io::duplex(8);
+        let mut out = Outbox::new(Box::new(writer));
+        let mut pushed = 0;
+        while out.takes_answers() {
+            out.push(b"{}".to_vec());
+            pushed += 1;
+            assert!(pushed <= OWN_ANSWERS_LIMIT + 8, "the limit holds");
+            if pushed == BACKLOG_LIMIT + 8 {
+                assert!(!out.has_room(), "the other peer is held back first");
+            }
+        }
+        assert!(pushed >= OWN_ANSWERS_LIMIT, "{pushed}");
     }
 
     #[tokio::test]

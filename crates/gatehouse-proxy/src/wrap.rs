@@ -672,7 +672,9 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                     Vec::new()
                 }
             },
-            line = next_line(&mut server_lines), if client_out.has_room() => {
+            // A server that sends without reading its input is not read
+            // either once Gatehouse's answers to it pile up.
+            line = next_line(&mut server_lines), if client_out.has_room() && server_out.takes_answers() => {
                 server_spoke = true;
                 match line {
                     Line::Frame(bytes) => relay.on_server_frame(parse_frame(bytes), now_ms()),
