@@ -166,7 +166,11 @@ impl Peer {
         self.send_line(&frame);
         let n = self.read_answer(id);
         let took = start.elapsed();
-        assert!(n >= payload.len(), "the echo came back whole");
+        assert!(
+            n >= payload.len(),
+            "the echo came back whole: {:.400}",
+            self.line
+        );
         took
     }
 

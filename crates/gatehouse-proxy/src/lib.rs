@@ -12,6 +12,7 @@
 //! events or errors; the child never outlives wrap on Linux.
 
 pub mod adapters;
+mod busy;
 pub mod child;
 mod control;
 pub mod cross;

@@ -52,12 +52,6 @@ const REFRESH: Duration = Duration::from_secs(5);
 /// How long a joiner waits for earlier members to acknowledge it (they
 /// notice within one poll; the margin is for a loaded machine).
 pub const JOIN_WAIT: Duration = Duration::from_secs(3);
-/// Joining again after the database was busy: how many times, and the
-/// first wait (doubling). A client starts its servers together, each
-/// writing at start; a wrap that could not join checks every call in the
-/// database for its whole life.
-const JOIN_RETRIES: u32 = 5;
-const JOIN_BACKOFF: Duration = Duration::from_millis(25);
 /// How long a hand-over or a leave waits for marks being taken (a 1 MB
 /// result takes about 10 ms); past it they go without them, with a warning.
 const MARK_WAIT: Duration = Duration::from_secs(5);
@@ -328,22 +322,11 @@ impl Presence {
         // after that read (even while the state below loads) changes it,
         // and the poller re-reads the members once for our own byte.
         let seen_len = stamp_len(&stamp);
-        let mut backoff = JOIN_BACKOFF;
-        let mut retries = JOIN_RETRIES;
-        let (member, others) = loop {
-            // Busy: nothing was written, so joining again is safe.
-            match store
-                .join_session(session, server_id, std::process::id(), now_ms())
-                .await
-            {
-                Err(gatehouse_store::StoreError::Busy) if retries > 0 => {
-                    retries -= 1;
-                    tokio::time::sleep(backoff).await;
-                    backoff *= 2;
-                }
-                joined => break joined?,
-            }
-        };
+        // Busy: nothing was written, so joining again is safe.
+        let (member, others) = crate::busy::retry_busy(|| {
+            store.join_session(session, server_id, std::process::id(), now_ms())
+        })
+        .await?;
         let stamp_file = touch(&stamp);
         let live: Vec<i64> = others
             .iter()

@@ -147,13 +147,16 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     // checks below.
     let command_hash = launch_command_hash(&opts.argv);
     let known = match &store {
-        Some(s) => s.list_servers().await.unwrap_or_default(),
+        Some(s) => crate::busy::retry_busy(|| s.list_servers())
+            .await
+            .unwrap_or_default(),
         None => Vec::new(),
     };
     let (identity, registered) = match &store {
-        Some(s) => match s
-            .identify(&known, &opts.server_id, &command_hash, now_ms() as i64)
-            .await
+        Some(s) => match crate::busy::retry_busy(|| {
+            s.identify(&known, &opts.server_id, &command_hash, now_ms() as i64)
+        })
+        .await
         {
             Ok((identity, registered)) => (Some(identity), registered),
             Err(err) => {
@@ -441,7 +444,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
     // first sight then (the poller brings the table once it reads).
     let (pins, pins_read) = match &store {
         Some(s) => {
-            match read_pins(s, &mac_key, &pin_server_id).await {
+            match crate::busy::retry_busy(|| read_pins(s, &mac_key, &pin_server_id)).await {
                 Ok(pins) => (pins, true),
                 Err(err) => {
                     eprintln!("gatehouse: {server_name}: could not read its pins ({err}); new tools are held");
@@ -1039,7 +1042,11 @@ impl Recorder {
                 };
                 let first_sight = matches!(update, PinUpdate::TrustFirst { .. });
                 if let Some(store) = &store {
-                    match persist_pin(store, &key, &pin_server, update).await {
+                    let persisted = crate::busy::retry_busy(|| {
+                        persist_pin(store, &key, &pin_server, update.clone())
+                    })
+                    .await;
+                    match persisted {
                         Ok(None) => {}
                         Ok(Some(lost)) => {
                             let _ = conflicts.send(Record::Write(lost));
