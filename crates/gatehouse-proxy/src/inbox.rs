@@ -121,31 +121,19 @@ impl Inbox {
     fn post(&mut self, request: InputRequest) -> Vec<Output> {
         use std::sync::atomic::Ordering;
         if self.in_flight.load(Ordering::Acquire) >= MAX_WAITING {
-            let (id, result) = decline(&request.id);
-            return vec![
-                Output::ToServer(response_line(&id, result)),
-                Output::Event(settled(
-                    "mcp_elicitation_declined",
-                    Action::Block,
-                    request.rule,
-                    format!(
-                        "{MAX_WAITING} input requests of this server already wait in the dashboard; declined"
-                    ),
-                )),
-            ];
+            return declined_now(
+                &request,
+                format!(
+                    "{MAX_WAITING} input requests of this server already wait in the dashboard; declined"
+                ),
+            );
         }
         let Some(store) = self.store.clone() else {
-            let (id, result) = decline(&request.id);
-            return vec![
-                Output::ToServer(response_line(&id, result)),
-                Output::Event(settled(
-                    "mcp_elicitation_declined",
-                    Action::Block,
-                    request.rule,
-                    "the database is unavailable, so nobody can answer in the dashboard; declined"
-                        .into(),
-                )),
-            ];
+            return declined_now(
+                &request,
+                "the database is unavailable, so nobody can answer in the dashboard; declined"
+                    .into(),
+            );
         };
         let routed = EngineEvent::new(
             "mcp_elicitation_routed",
@@ -209,6 +197,20 @@ impl Inbox {
 
 /// A report for the relay loop (opaque outside this module).
 pub(crate) struct NoteOut(Note);
+
+/// A request declined without a wait: the answer to the server, the event.
+fn declined_now(request: &InputRequest, reason: String) -> Vec<Output> {
+    let (id, result) = decline(&request.id);
+    vec![
+        Output::ToServer(response_line(&id, result)),
+        Output::Event(settled(
+            "mcp_elicitation_declined",
+            Action::Block,
+            request.rule,
+            reason,
+        )),
+    ]
+}
 
 fn decline(id: &RequestId) -> (RequestId, Value) {
     (id.clone(), json!({ "action": "decline" }))
