@@ -433,7 +433,11 @@ impl Scanner {
             }
             _ => collect_strings(result, String::new(), &mut strings, Keys::No, 0),
         }
-        self.scan_strings(Carrier::Output, &strings).finish()
+        let mut report = self.scan_strings(Carrier::Output, &strings);
+        for (path, text) in textual_blobs(method, result) {
+            report.extend(self.scan_string(Carrier::Output, &path, &text));
+        }
+        report.finish()
     }
 
     /// Scans the `error` object of an answer: its `message` and every
@@ -500,6 +504,56 @@ impl Scanner {
         collect_strings(arguments, "arguments".into(), &mut strings, Keys::No, 0);
         self.scan_strings(Carrier::Argument, &strings).finish()
     }
+}
+
+/// Text a resource carries base64-encoded (`blob`) under a textual MIME
+/// type (`text/*`, JSON, XML, YAML, JavaScript), decoded, with its path:
+/// `text/plain` in a blob reaches the model as text does. A blob that does
+/// not decode to UTF-8 is left, as other binary data is.
+fn textual_blobs(method: &str, result: &Value) -> Vec<(String, String)> {
+    let resources: Vec<(String, &Value)> = match method {
+        "resources/read" => result
+            .get("contents")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, c)| (format!("contents[{i}]"), c))
+            .collect(),
+        "tools/call" | "tasks/result" => result
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter(|(_, b)| b.get("type").and_then(Value::as_str) == Some("resource"))
+            .filter_map(|(i, b)| Some((format!("content[{i}].resource"), b.get("resource")?)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let textual = |mime: &str| {
+        let mime = mime.to_ascii_lowercase();
+        mime.starts_with("text/")
+            || ["json", "xml", "yaml", "javascript"]
+                .iter()
+                .any(|t| mime.contains(t))
+    };
+    resources
+        .into_iter()
+        .filter(|(_, r)| {
+            r.get("mimeType")
+                .and_then(Value::as_str)
+                .is_some_and(textual)
+        })
+        .filter_map(|(path, r)| {
+            use base64::Engine;
+            let blob = r.get("blob")?.as_str()?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(blob.trim())
+                .ok()?;
+            Some((format!("{path}.blob"), String::from_utf8(bytes).ok()?))
+        })
+        .collect()
 }
 
 /// The first and last `MAX_SCAN_BYTES / 2` bytes of a string longer than
