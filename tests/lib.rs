@@ -185,17 +185,29 @@ impl Sandbox {
     /// Runs `statements` against the sandbox's database with the `sqlite3`
     /// CLI: a test editing rows the way another process could.
     pub fn write_db(&self, statements: &str) {
+        self.sqlite3(&[], statements);
+    }
+
+    /// Runs `query` read-only against the sandbox's database; its output.
+    pub fn query_db(&self, query: &str) -> String {
+        self.sqlite3(&["-readonly"], query)
+    }
+
+    fn sqlite3(&self, flags: &[&str], sql: &str) -> String {
         let out = Command::new("sqlite3")
+            // A wrap that exits folds the write-ahead log in: wait it out.
             .args(["-cmd", ".timeout 5000"])
+            .args(flags)
             .arg(self.gatehouse_home().join("gatehouse.db"))
-            .arg(statements)
+            .arg(sql)
             .output()
             .expect("sqlite3 runs");
         assert!(
             out.status.success(),
-            "sqlite3 {statements:?}: {}",
+            "sqlite3 {sql:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
     /// The fake user `HOME` every process of this test sees.

@@ -441,19 +441,7 @@ fn members_of(sb: &Sandbox, server_id: &str) -> String {
 }
 
 fn sql(sb: &Sandbox, query: &str) -> String {
-    let out = Command::new("sqlite3")
-        // A wrap that exits folds the write-ahead log in: wait it out.
-        .args(["-cmd", ".timeout 5000", "-readonly"])
-        .arg(sb.gatehouse_home().join("gatehouse.db"))
-        .arg(query)
-        .output()
-        .expect("sqlite3 runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    sb.query_db(query)
 }
 
 /// The fast path: a server alone in its session keeps its calls in memory
