@@ -25,6 +25,6 @@ pub use pins::{PinEntry, PinState, PinTable, ToolJudgement};
 pub use relay::{Relay, ServerInfo};
 pub use settings::{OnChange, ResultAction, SensitiveElicitation, Settings, ToolRule};
 pub use verdict::{
-    retract_allowed_call, Action, EngineEvent, InputRequest, Output, Passed, Peer, PinUpdate,
+    call_blocked_after_relay, Action, EngineEvent, InputRequest, Output, Passed, Peer, PinUpdate,
     Severity,
 };

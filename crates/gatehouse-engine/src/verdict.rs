@@ -245,10 +245,11 @@ pub struct InputRequest {
 }
 
 /// A call that a later stage blocked (cross-server rules, the secret egress
-/// guard) was not allowed after all: the relay's `mcp_tool_called` allow
-/// event for it is taken back from `out`, so the record shows the block
-/// only, never an allowed call beside it.
-pub fn retract_allowed_call(out: &mut Vec<Output>, tool: &str) {
+/// guard) and answered in the server's place: the relay's `mcp_tool_called`
+/// allow event for it is taken back from `out`, so the record shows the
+/// block only, never an allowed call beside it; and the request is settled
+/// ([`Output::Settled`]), as the server will not answer it.
+pub fn call_blocked_after_relay(out: &mut Vec<Output>, tool: &str, id: RequestId) {
     let allowed = out.iter().rposition(|o| {
         matches!(o, Output::Event(e)
             if e.kind == "mcp_tool_called"
@@ -258,4 +259,5 @@ pub fn retract_allowed_call(out: &mut Vec<Output>, tool: &str) {
     if let Some(i) = allowed {
         out.remove(i);
     }
+    out.push(Output::Settled(id));
 }

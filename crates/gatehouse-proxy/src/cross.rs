@@ -476,8 +476,7 @@ impl Cross {
         }
         match &decision.verdict {
             CrossVerdict::Block(finding) => {
-                gatehouse_engine::retract_allowed_call(out, tool);
-                out.push(Output::Settled(rid.clone()));
+                gatehouse_engine::call_blocked_after_relay(out, tool, rid.clone());
                 Checked::Answer(blocked_value(rid, &self.me.server_id, tool, finding))
             }
             _ => Checked::Forward,
@@ -512,8 +511,7 @@ impl Cross {
             )),
         ));
         if block {
-            gatehouse_engine::retract_allowed_call(out, tool);
-            out.push(Output::Settled(rid.clone()));
+            gatehouse_engine::call_blocked_after_relay(out, tool, rid.clone());
             let finding = cross_server::CrossFinding {
                 rule: "cross_server.unavailable",
                 severity: Severity::Medium,

@@ -160,11 +160,10 @@ impl Egress {
                 Some((event, answer)) => {
                     let tool = event.tool.clone().unwrap_or_default();
                     out.push(Output::Event(event));
-                    if answer.is_some() {
-                        gatehouse_engine::retract_allowed_call(out, &tool);
-                        if let Some(id) = item.get("id").and_then(RequestId::from_value) {
-                            out.push(Output::Settled(id));
-                        }
+                    // An answer is given only to a call with an id.
+                    let id = item.get("id").and_then(RequestId::from_value);
+                    if let (Some(_), Some(id)) = (&answer, id) {
+                        gatehouse_engine::call_blocked_after_relay(out, &tool, id);
                     }
                     answer
                 }

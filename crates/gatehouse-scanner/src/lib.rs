@@ -379,20 +379,12 @@ impl Scanner {
     pub fn scan_listed(&self, _kind: ListedKind, item: &Value) -> Report {
         let mut strings = Strings::default();
         collect_strings(item, String::new(), &mut strings, Keys::Named, 0);
-        let mut report = Report::default();
-        for s in strings.iter() {
-            if s.path.ends_with("uri")
+        strings.retain(|s| {
+            !(s.path.ends_with("uri")
                 || s.path.ends_with("uriTemplate")
-                || s.path.ends_with("mimeType")
-            {
-                continue;
-            }
-            report.extend(self.scan_string(Carrier::Definition, &s.path, s.text));
-        }
-        report
-            .findings
-            .extend(strings.incomplete(Carrier::Definition));
-        report.finish()
+                || s.path.ends_with("mimeType"))
+        });
+        self.scan_strings(Carrier::Definition, &strings).finish()
     }
 
     /// Scans a result the server returned for `method`.
