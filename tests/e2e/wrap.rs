@@ -744,6 +744,59 @@ fn a_server_that_exits_is_noticed_though_its_stdout_stays_open() {
     drop(stdin);
 }
 
+/// A server that writes more than the pipes hold and exits: a client that
+/// reads slowly still gets every frame (the drain after the server's exit
+/// restarts with each frame the client takes, so it is not cut at 1 s).
+#[cfg(unix)]
+#[test]
+fn a_slow_client_gets_every_frame_of_a_server_that_exited() {
+    const FRAMES: usize = 200;
+    let sb = Sandbox::new();
+    let script = format!(
+        r#"read line
+printf '%s\n' '{{"jsonrpc":"2.0","id":1,"result":{{"protocolVersion":"2025-06-18","capabilities":{{}},"serverInfo":{{"name":"burst","version":"0"}}}}}}'
+pad=$(printf '%1000s' '' | tr ' ' x)
+i=0
+while [ $i -lt {FRAMES} ]; do
+  printf '{{"jsonrpc":"2.0","method":"notifications/message","params":{{"level":"info","data":"%s %s"}}}}\n' $i "$pad"
+  i=$((i+1))
+done
+exit 0"#
+    );
+    let server = vec!["/bin/sh".to_owned(), "-c".to_owned(), script];
+    let argv = sb.wrap_argv("burst-then-exit", &[], &server);
+    let mut wrap = spawn_wrap(&sb, &argv);
+    let mut stdin = wrap.stdin.take().unwrap();
+    writeln!(stdin, "{INIT}").unwrap();
+    stdin.flush().unwrap();
+    let mut stdout = BufReader::new(wrap.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("burst"), "initialize answered: {line}");
+    // The server exits once its last frame fits in its pipe; wrap reads the
+    // rest (about 64 frames of 1 KB) only as this client takes frames from
+    // a full backlog, one per 25 ms: about 1.6 s, past the 1 s drain.
+    let mut got = Vec::new();
+    loop {
+        line.clear();
+        if stdout.read_line(&mut line).unwrap() == 0 {
+            break;
+        }
+        got.push(line.clone());
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let status = exit_within(&mut wrap, 20, "after its server exited");
+    assert_eq!(status.code(), Some(0), "the server's exit code is wrap's");
+    assert_eq!(got.len(), FRAMES, "every frame arrived");
+    for (i, frame) in got.iter().enumerate() {
+        assert!(
+            frame.contains(&format!("\"data\":\"{i} ")),
+            "frame {i} in order: {frame:.80}"
+        );
+    }
+    drop(stdin);
+}
+
 /// A server that exits without a word: wrap ends at once with its code
 /// (nothing waits for a first answer that never came), and the start is
 /// recorded all the same (the second start's launch record moves the

@@ -72,14 +72,27 @@ fn command_not_found(program: &str) -> String {
 
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 const STOP_GRACE: Duration = Duration::from_secs(3);
-/// How long the server's stdout is still read after the server exited.
+/// How long the server's stdout is still read after the server exited,
+/// counted again from each frame a slow client takes meanwhile.
 const EXIT_DRAIN: Duration = Duration::from_secs(1);
 
+/// Wall-clock milliseconds, for what is stored or compared across processes.
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// The relay's clock: milliseconds since this process first asked, from a
+/// monotonic source, so the relay's deadlines (its own listing's timeout, the
+/// `list_changed` interval, retry back-off) hold when the wall clock steps.
+fn relay_ms() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
 }
 
 /// Runs the relay until the client or the server ends; returns the exit code.
@@ -628,7 +641,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             armed = None;
         } else if armed != Some(due) {
             let tick = due.0.map(|at| {
-                tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(now_ms()))
+                tokio::time::Instant::now() + Duration::from_millis(at.saturating_sub(relay_ms()))
             });
             if let Some(at) = tick.into_iter().chain(due.1).min() {
                 timer.as_mut().reset(at);
@@ -639,7 +652,15 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
         // sends never wait (see `Outbox`), so a pipelining client and a slow
         // server cannot hold each other on full pipes.
         let outputs = tokio::select! {
-            _ = client_out.writable() => Vec::new(),
+            _ = client_out.writable() => {
+                // A client still reading the exited server's last frames
+                // keeps the drain going: its clock restarts on each frame.
+                if server_exited {
+                    let drained = tokio::time::Instant::now() + EXIT_DRAIN;
+                    stop_deadline = stop_deadline.max(Some(drained));
+                }
+                Vec::new()
+            }
             _ = server_out.writable() => {
                 // A server still taking the client's last requests is
                 // given its grace again.
@@ -660,10 +681,10 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                     }
                     if reloads.has_changed().unwrap_or(false) {
                         if let Some(pins) = reloads.borrow_and_update().clone() {
-                            out.extend(relay.on_pins_reloaded(pins, now_ms()));
+                            out.extend(relay.on_pins_reloaded(pins, relay_ms()));
                         }
                     }
-                    out.extend(relay.on_client_frame(parse_frame(bytes), now_ms()));
+                    out.extend(relay.on_client_frame(parse_frame(bytes), relay_ms()));
                     out
                 }
                 Line::Oversized(skipped) => {
@@ -680,20 +701,20 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             line = next_line(&mut server_lines), if client_out.has_room() && server_out.takes_answers() => {
                 server_spoke = true;
                 match line {
-                    Line::Frame(bytes) => relay.on_server_frame(parse_frame(bytes), now_ms()),
+                    Line::Frame(bytes) => relay.on_server_frame(parse_frame(bytes), relay_ms()),
                     Line::Oversized(skipped) => {
                         let peeked = peek(&skipped.head, &skipped.tail);
-                        relay.on_server_oversized(skipped.len, max_frame, peeked, now_ms())
+                        relay.on_server_oversized(skipped.len, max_frame, peeked, relay_ms())
                     }
                     Line::Eof => break None,
                 }
             }
             Some(control) = controls.recv() => match control {
-                Control::Pins(pins) => relay.on_pins_reloaded(pins, now_ms()),
+                Control::Pins(pins) => relay.on_pins_reloaded(pins, relay_ms()),
                 // Unless a call already took it (above).
                 Control::Reloaded if reloads.has_changed().unwrap_or(false) => {
                     match reloads.borrow_and_update().clone() {
-                        Some(pins) => relay.on_pins_reloaded(pins, now_ms()),
+                        Some(pins) => relay.on_pins_reloaded(pins, relay_ms()),
                         None => Vec::new(),
                     }
                 }
@@ -726,7 +747,10 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
             // it started holds it): what it wrote is read for a moment.
             _ = child.wait(), if !server_exited => {
                 server_exited = true;
-                let drained = tokio::time::Instant::now() + EXIT_DRAIN;
+                // Behind a client that is not reading, the drain waits as
+                // long as a client that stopped reading holds wrap open.
+                let drain = if client_out.has_room() { EXIT_DRAIN } else { STOP_GRACE };
+                let drained = tokio::time::Instant::now() + drain;
                 stop_deadline = Some(stop_deadline.map_or(drained, |at| at.min(drained)));
                 Vec::new()
             }
@@ -740,7 +764,7 @@ pub async fn run_wrap(opts: WrapOptions) -> Result<i32, WrapError> {
                     }
                     break None;
                 }
-                relay.on_tick(now_ms())
+                relay.on_tick(relay_ms())
             }
         };
         let outputs = egress.filter(outputs).await;
@@ -930,7 +954,7 @@ async fn refuse_loop<I: Inspector>(
         let outputs = tokio::select! {
             _ = to_client.writable() => continue,
             line = next_line(&mut lines), if to_client.has_room() => match line {
-                Line::Frame(bytes) => relay.on_client_frame(parse_frame(bytes), now_ms()),
+                Line::Frame(bytes) => relay.on_client_frame(parse_frame(bytes), relay_ms()),
                 Line::Oversized(skipped) => {
                     let peeked = peek(&skipped.head, &skipped.tail);
                     relay.on_client_oversized(skipped.len, max_frame, peeked)
