@@ -12,6 +12,8 @@ Tools:
                 `city`) and returns what came back: "accept: <city>",
                 "decline" or "cancel".
   ask_token() -> the same for a secret-like field (`api_token`).
+  note(text)  -> sends `text` as a log message and as a progress message,
+                then returns "noted".
 """
 
 import json
@@ -62,6 +64,13 @@ async def ask_city(ctx: Context) -> str:
 @mcp.tool(description="Asks for an API token.")
 async def ask_token(ctx: Context) -> str:
     return await ask(ctx, "Paste your API token", Token, "api_token")
+
+
+@mcp.tool(description="Notes a text in the log.")
+async def note(text: str, ctx: Context) -> str:
+    await ctx.info(text)
+    await ctx.report_progress(1, 1, message=text)
+    return "noted"
 
 
 if __name__ == "__main__":

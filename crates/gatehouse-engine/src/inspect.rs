@@ -41,6 +41,8 @@ pub trait Inspector {
     fn scan_error(&self, error: &Value) -> Vec<Finding>;
     /// `sampling/createMessage`, `elicitation/create` params.
     fn scan_server_request(&self, method: &str, params: &Value) -> Vec<Finding>;
+    /// A server→client notification's params (log messages, progress).
+    fn scan_notification(&self, method: &str, params: &Value) -> Vec<Finding>;
     /// Optional output spotlighting: `text` wrapped in markers carrying
     /// `nonce`, look-alike markers inside defused. Identity by default.
     fn spotlight(&self, text: &str, _nonce: &str) -> String {
@@ -68,6 +70,9 @@ impl Inspector for NoInspector {
         Vec::new()
     }
     fn scan_server_request(&self, _: &str, _: &Value) -> Vec<Finding> {
+        Vec::new()
+    }
+    fn scan_notification(&self, _: &str, _: &Value) -> Vec<Finding> {
         Vec::new()
     }
 }

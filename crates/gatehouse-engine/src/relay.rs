@@ -1041,7 +1041,11 @@ impl<I: Inspector> Relay<I> {
                 self.server_list_changed(now_ms, out);
                 Verdict::Drop
             }
-            MessageKind::Notification { .. } | MessageKind::OrphanError => Verdict::Forward,
+            MessageKind::Notification { method } => {
+                self.inspect_notification(method, msg, out);
+                Verdict::Forward
+            }
+            MessageKind::OrphanError => Verdict::Forward,
             MessageKind::Invalid(why) => {
                 out.push(Output::Event(
                     EngineEvent::new(
@@ -1722,6 +1726,36 @@ impl<I: Inspector> Relay<I> {
         };
         let findings = self.inspector.scan_error(error);
         self.act_on_output_findings(msg, method, tool, "error", findings, out)
+    }
+
+    /// A notification's text (a log message, a progress message) is shown
+    /// by hosts and may reach the model, but only the changes of DESIGN §4
+    /// are made on the wire: a finding is an alert (audit when paused) and
+    /// the notification goes on.
+    fn inspect_notification(&mut self, method: &str, msg: &Message, out: &mut Vec<Output>) {
+        let Some(params) = msg.value.get("params") else {
+            return;
+        };
+        if !self.settings.scan_results {
+            return;
+        }
+        let findings = self.inspector.scan_notification(method, params);
+        let Some(sev) = max_severity(&findings) else {
+            return;
+        };
+        let action = if self.settings.audit_only && sev.is_flagged() {
+            Action::Audit
+        } else {
+            Action::Alert
+        };
+        out.push(Output::Event(
+            EngineEvent::new("mcp_notification_finding", sev, action, &findings[0].rule)
+                .reason(format!(
+                    "{method} carries {} finding(s); notifications are passed on, not blocked",
+                    findings.len()
+                ))
+                .evidence(findings_json(&findings)),
+        ));
     }
 
     /// What a result's or an error's findings (`what`) do: an event, and

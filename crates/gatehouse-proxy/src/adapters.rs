@@ -184,6 +184,9 @@ impl Inspector for ScannerInspector {
     fn scan_server_request(&self, method: &str, params: &Value) -> Vec<Finding> {
         self.with(|s| s.scan_server_request(method, params))
     }
+    fn scan_notification(&self, method: &str, params: &Value) -> Vec<Finding> {
+        self.with(|s| s.scan_notification(method, params))
+    }
     fn spotlight(&self, text: &str, nonce: &str) -> String {
         gatehouse_scanner::wrap_with_nonce(text, nonce)
     }

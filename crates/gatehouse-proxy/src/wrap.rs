@@ -916,6 +916,9 @@ impl Inspector for BoxedInspector {
     ) -> Vec<gatehouse_engine::Finding> {
         self.0.scan_server_request(m, p)
     }
+    fn scan_notification(&self, m: &str, p: &serde_json::Value) -> Vec<gatehouse_engine::Finding> {
+        self.0.scan_notification(m, p)
+    }
 }
 
 struct Dispatch<'a> {

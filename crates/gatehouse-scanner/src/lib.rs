@@ -489,6 +489,45 @@ impl Scanner {
         self.scan_strings(Carrier::Request, &strings).finish()
     }
 
+    /// Scans a server→client notification's text: a log message's `logger`
+    /// and `data` (strings and keys), a progress `message`, a cancellation
+    /// `reason`; any other notification's strings. Hosts show these and may
+    /// hand them to the model.
+    pub fn scan_notification(&self, method: &str, params: &Value) -> Report {
+        let mut strings = Strings::default();
+        let field = |name: &str| params.get(name).and_then(Value::as_str);
+        match method {
+            "notifications/message" => {
+                if let Some(logger) = field("logger") {
+                    strings.push(Str {
+                        path: "logger".into(),
+                        text: logger,
+                        key: false,
+                    });
+                }
+                if let Some(data) = params.get("data") {
+                    collect_strings(data, "data".into(), &mut strings, Keys::All, 0);
+                }
+            }
+            "notifications/progress" | "notifications/cancelled" => {
+                let name = if method == "notifications/progress" {
+                    "message"
+                } else {
+                    "reason"
+                };
+                if let Some(text) = field(name) {
+                    strings.push(Str {
+                        path: name.into(),
+                        text,
+                        key: false,
+                    });
+                }
+            }
+            _ => collect_strings(params, String::new(), &mut strings, Keys::No, 0),
+        }
+        self.scan_strings(Carrier::Output, &strings).finish()
+    }
+
     /// Scans the arguments of a client→server `tools/call` for injected
     /// shell, query or CLI syntax and credential paths.
     pub fn scan_call_arguments(&self, arguments: &Value) -> Report {
