@@ -998,6 +998,8 @@ async fn next_line<R: tokio::io::AsyncBufRead + Unpin>(lines: &mut LineReader<R>
 #[derive(Clone)]
 pub(crate) struct Recorder {
     events: mpsc::UnboundedSender<Record<EngineEvent>>,
+    /// Events queued for the writer, and those given up at the cap.
+    backlog: Arc<EventBacklog>,
     /// Ends the events writer's gathering window early: a flush is sent.
     flushing: Arc<Notify>,
     pins: mpsc::UnboundedSender<Record<(String, PinUpdate)>>,
@@ -1008,6 +1010,55 @@ pub(crate) struct Recorder {
     first_sights: Arc<AtomicUsize>,
     /// The pins reloaded after a first sight was lost, for the relay.
     reloads: watch::Receiver<Option<PinTable>>,
+}
+
+/// Events waiting for the recorder's writer. A database slower than the
+/// events come (locked for long by another process, a server flooding
+/// findings) must not grow wrap's memory without end: past
+/// [`MAX_QUEUED_EVENTS`] an event is counted instead of kept, and the
+/// count is written as one `events_dropped` event once the writer catches up.
+#[derive(Default)]
+struct EventBacklog {
+    queued: AtomicUsize,
+    dropped: AtomicUsize,
+}
+
+/// Events queued for the writer at most.
+const MAX_QUEUED_EVENTS: usize = 4096;
+
+impl EventBacklog {
+    /// Queues `event` unless the queue is full (then counts it).
+    fn queue(&self, tx: &mpsc::UnboundedSender<Record<EngineEvent>>, event: EngineEvent) {
+        if self.queued.fetch_add(1, Ordering::AcqRel) >= MAX_QUEUED_EVENTS {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            self.dropped.fetch_add(1, Ordering::AcqRel);
+            return;
+        }
+        if tx.send(Record::Write(event)).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// `n` events taken by the writer.
+    fn taken(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// The event saying how many were given up since the last one.
+    fn dropped_event(&self) -> Option<EngineEvent> {
+        let dropped = self.dropped.swap(0, Ordering::AcqRel);
+        (dropped > 0).then(|| {
+            EngineEvent::new(
+                "events_dropped",
+                gatehouse_engine::Severity::Medium,
+                gatehouse_engine::Action::Alert,
+                "recorder.backlog",
+            )
+            .reason(format!(
+                "{dropped} event(s) not recorded: more than {MAX_QUEUED_EVENTS} waited for a slow database"
+            ))
+        })
+    }
 }
 
 /// What one recorder writer is sent: an item to write, or a flush request.
@@ -1026,6 +1077,9 @@ impl Recorder {
         let (reload, reloads) = watch::channel(None);
         let event_store = store.clone();
         let conflicts = events.clone();
+        let backlog = Arc::new(EventBacklog::default());
+        let taking = Arc::clone(&backlog);
+        let conflicts_backlog = Arc::clone(&backlog);
         let first_sights = Arc::new(AtomicUsize::new(0));
         let written = Arc::clone(&first_sights);
         let flushing = Arc::new(Notify::new());
@@ -1044,6 +1098,7 @@ impl Recorder {
                 for record in batch.drain(..) {
                     match record {
                         Record::Write(mut e) => {
+                            taking.taken(1);
                             if let Some(scrubber) = scrubbing.get() {
                                 scrubber.scrub(&mut e);
                             }
@@ -1051,6 +1106,9 @@ impl Recorder {
                         }
                         Record::Flush(done) => flushed.push(done),
                     }
+                }
+                if let Some(dropped) = taking.dropped_event() {
+                    pending.push(new_event(dropped, &server_id, &session));
                 }
                 write_events(event_store.as_ref(), &mut pending).await;
                 for done in flushed {
@@ -1076,7 +1134,7 @@ impl Recorder {
                     match persisted {
                         Ok(None) => {}
                         Ok(Some(lost)) => {
-                            let _ = conflicts.send(Record::Write(lost));
+                            conflicts_backlog.queue(&conflicts, lost);
                             // Unread, the relay keeps its own (the poller reads again).
                             if let Ok(pins) = read_pins(store, &key, &pin_server).await {
                                 reload.send_replace(Some(pins));
@@ -1093,6 +1151,7 @@ impl Recorder {
         });
         Recorder {
             events,
+            backlog,
             flushing,
             pins,
             scrubber,
@@ -1108,7 +1167,7 @@ impl Recorder {
     }
 
     pub(crate) fn event(&self, event: EngineEvent) {
-        let _ = self.events.send(Record::Write(event));
+        self.backlog.queue(&self.events, event);
     }
 
     fn persist(&self, server: &str, update: PinUpdate) {
@@ -1933,6 +1992,7 @@ mod tests {
         let (pins, _pins_rx) = mpsc::unbounded_channel();
         let recorder = Recorder {
             events,
+            backlog: Arc::default(),
             flushing: Arc::default(),
             pins,
             scrubber: Arc::default(),
@@ -1940,6 +2000,70 @@ mod tests {
             reloads: watch::channel(None).1,
         };
         (recorder, events_rx)
+    }
+
+    /// Past the cap, events are counted instead of queued: memory stays
+    /// bounded while the database cannot keep up.
+    #[test]
+    fn events_past_the_cap_are_counted_not_kept() {
+        let (recorder, rx) = test_recorder();
+        for _ in 0..MAX_QUEUED_EVENTS + 7 {
+            recorder.event(EngineEvent::new(
+                "e",
+                gatehouse_engine::Severity::Info,
+                gatehouse_engine::Action::Allow,
+                "r",
+            ));
+        }
+        assert_eq!(rx.len(), MAX_QUEUED_EVENTS);
+        let summary = recorder.backlog.dropped_event().expect("the count");
+        assert!(
+            summary.reason.starts_with("7 event(s) not recorded"),
+            "{}",
+            summary.reason
+        );
+        assert!(recorder.backlog.dropped_event().is_none(), "said once");
+    }
+
+    /// The writer says how many it gave up, in the database, once it
+    /// catches up; what it kept is all written.
+    #[tokio::test]
+    async fn the_recorder_writes_how_many_events_it_gave_up() {
+        let home = tempfile::tempdir().unwrap();
+        let store = Store::open(home.path(), StoreOptions::default())
+            .await
+            .unwrap();
+        let recorder = Recorder::start(
+            Some(store.clone()),
+            MacKey::new([3; 32]),
+            "srv".into(),
+            "session".into(),
+        );
+        // Queued without a yield: the writer has taken none yet.
+        for _ in 0..MAX_QUEUED_EVENTS + 7 {
+            recorder.event(EngineEvent::new(
+                "flood",
+                gatehouse_engine::Severity::Low,
+                gatehouse_engine::Action::Alert,
+                "r",
+            ));
+        }
+        recorder.finish().await;
+        let read = |event_type: &str| gatehouse_store::EventFilter {
+            event_type: Some(event_type.into()),
+            limit: 1000,
+            ..Default::default()
+        };
+        let flood = store.query_events(&read("flood")).await.unwrap();
+        let kept: i64 = flood.iter().map(|e| e.count).sum();
+        assert_eq!(kept, MAX_QUEUED_EVENTS as i64);
+        let dropped = store.query_events(&read("events_dropped")).await.unwrap();
+        assert_eq!(dropped.len(), 1, "{dropped:?}");
+        assert!(
+            dropped[0].reason.starts_with("7 event(s)"),
+            "{:?}",
+            dropped[0]
+        );
     }
 
     /// A keyring that stops answering at one secret.
