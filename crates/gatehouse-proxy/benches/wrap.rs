@@ -318,6 +318,23 @@ fn session_latency(
         .collect()
 }
 
+/// How this machine wakes an idle CPU, which sets the floor of the 1 KB
+/// rows: a guest whose `haltpoll` cpuidle driver does not poll
+/// (`guest_halt_poll_ns` 0) halts at once, and every wake-up of the halted
+/// virtual CPU goes through the hypervisor (BENCHMARKS.md, session 28).
+fn idle_wake_note() -> String {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "n/a".into())
+    };
+    format!(
+        "Idle CPUs: cpuidle driver `{}`, guest halt polling `{}` ns.",
+        read("/sys/devices/system/cpu/cpuidle/current_driver"),
+        read("/sys/module/haltpoll/parameters/guest_halt_poll_ns"),
+    )
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
     let Binaries {
@@ -432,6 +449,8 @@ fn main() {
     let peak = wrap.status_kb("VmHWM:");
     wrap.stop();
 
+    println!("{}", idle_wake_note());
+    println!();
     println!("| payload | pairs | direct p50 µs | wrap p50 µs | added p50 µs (target ≤50) | added p99 µs (target ≤500) |");
     println!("|---|---:|---:|---:|---:|---:|");
     for r in &rows {
