@@ -717,11 +717,17 @@ fn notifications_are_read() {
             AtLeast(Severity::High, None),
         );
     }
-    // A progress token is an id, not text.
+    // A progress token is an id, not text; a file URI is no finding.
     let token = json!({"progressToken": injected, "progress": 1});
     verify(
         &sc.scan_notification("notifications/progress", &token),
         "token",
+        Quiet,
+    );
+    let updated = json!({"uri": "file:///home/u/.ssh/config"});
+    verify(
+        &sc.scan_notification("notifications/resources/updated", &updated),
+        "file uri",
         Quiet,
     );
     let plain = json!({"level": "info", "logger": "db", "data": {"rows": 12, "table": "users"}});
