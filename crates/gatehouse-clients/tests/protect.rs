@@ -1574,6 +1574,29 @@ fn a_codex_file_keeps_its_array_comments_line_ends_and_bom() {
     );
 }
 
+/// An env value that is a URL with a password, or an `Authorization`
+/// value, moves to the keyring whole, whatever the variable's name;
+/// unprotect puts it back byte for byte.
+#[test]
+fn connection_strings_and_bearer_values_in_env_move_to_the_keyring() {
+    let fx = Fixture::new("linux-all");
+    let text = "{\"mcpServers\": {\"mongo\": {\"command\": \"npx\", \"args\": [\"-y\", \"mongodb-mcp-server\"], \
+        \"env\": {\"MDB_MCP_CONNECTION_STRING\": \"mongodb+srv://admin:Hunter2Pass@c.example.net/app\", \
+        \"UPSTREAM_AUTHORIZATION\": \"Bearer 9f8e7d6c5b4a3210\", \"LOG_LEVEL\": \"debug\"}}}}\n";
+    let (p, cursor) = protected_cursor(&fx, text);
+    let after = read(&cursor.path);
+    for secret in ["Hunter2Pass", "9f8e7d6c5b4a3210"] {
+        assert!(!after.contains(secret), "{secret} left in {after}");
+    }
+    assert!(after.contains("debug"), "{after}");
+    let v: serde_json::Value = serde_json::from_str(&after).unwrap();
+    let id = wrapped_id(&v, "mongo");
+    let moved = fx.vault.get(&id, "MDB_MCP_CONNECTION_STRING").unwrap().unwrap();
+    assert_eq!(moved.expose(), "mongodb+srv://admin:Hunter2Pass@c.example.net/app");
+    p.unprotect_file(&cursor, &Options::default()).unwrap();
+    assert_eq!(read(&cursor.path), text, "restored byte for byte");
+}
+
 /// `mcp-remote`'s bearer token, given as a header argument, moves to the
 /// keyring like any argument secret; unprotect puts it back byte for byte.
 #[test]

@@ -25,6 +25,8 @@ pub enum SecretKind {
     HighEntropy,
     /// The password of `scheme://user:password@host`.
     ConnectionString,
+    /// An `Authorization` value: `Bearer …`, `Basic …`, `Token …`.
+    AuthScheme,
 }
 
 impl SecretKind {
@@ -40,6 +42,7 @@ impl SecretKind {
             Self::PemBlock => "pem_block",
             Self::HighEntropy => "high_entropy",
             Self::ConnectionString => "connection_string",
+            Self::AuthScheme => "auth_scheme",
         }
     }
 }
@@ -52,6 +55,12 @@ const NAME_SUFFIXES: &[&str] = &[
     "_CREDENTIALS",
     "_APIKEY",
     "_PAT",
+    "_PASS",
+    "_PASSWD",
+    "_PWD",
+    "_AUTH",
+    "_AUTHORIZATION",
+    "_CONNECTION_STRING",
 ];
 const EXACT_NAMES: &[&str] = &[
     "DATABASE_URL",
@@ -62,6 +71,8 @@ const EXACT_NAMES: &[&str] = &[
     "APIKEY",
     "API_KEY",
     "CREDENTIALS",
+    "AUTHORIZATION",
+    "CONNECTION_STRING",
 ];
 
 /// True for names that hold secrets by convention (case-insensitive;
@@ -176,12 +187,41 @@ fn is_high_entropy(v: &str) -> bool {
 }
 
 /// Whether an env entry holds a secret value: a secret-looking name with a
-/// literal (non-reference, non-empty) value, or a secret-shaped value.
+/// literal (non-reference, non-empty) value, a secret-shaped value, a URL
+/// carrying a password (`MDB_MCP_CONNECTION_STRING=mongodb+srv://u:pw@…`),
+/// or an `Authorization` value (`Bearer …`).
 pub fn env_secret(name: &str, value: &str) -> Option<SecretKind> {
     if value.trim().is_empty() || is_reference(value) {
         return None;
     }
-    classify_value(value).or_else(|| is_secret_name(name).then_some(SecretKind::Named))
+    // `Bearer ${TOKEN}`: the client fills it in; moved, it would not.
+    let scheme_then_reference = value.trim().split_once(' ').is_some_and(|(scheme, rest)| {
+        scheme.bytes().all(|b| b.is_ascii_alphabetic()) && is_reference(rest)
+    });
+    if scheme_then_reference {
+        return None;
+    }
+    classify_value(value)
+        .or_else(|| connection_password(value.trim()).map(|_| SecretKind::ConnectionString))
+        .or_else(|| auth_scheme_value(value).then_some(SecretKind::AuthScheme))
+        .or_else(|| is_secret_name(name).then_some(SecretKind::Named))
+}
+
+/// `Bearer …`, `Basic …`, `Token …`, `Bot …`: a scheme and one credential
+/// word of at least 8 characters that is not a reference.
+fn auth_scheme_value(value: &str) -> bool {
+    value
+        .trim()
+        .split_once(' ')
+        .is_some_and(|(scheme, credentials)| {
+            let credentials = credentials.trim();
+            ["bearer", "basic", "token", "bot"]
+                .iter()
+                .any(|s| scheme.eq_ignore_ascii_case(s))
+                && credentials.len() >= 8
+                && !credentials.contains(char::is_whitespace)
+                && !is_reference(credentials)
+        })
 }
 
 /// The secret in an HTTP header value, if it holds one: the credentials of
@@ -511,6 +551,39 @@ mod tests {
             Some(SecretKind::GitHubToken)
         );
         assert_eq!(env_secret("LOG_LEVEL", "debug"), None);
+        for (name, value, kind) in [
+            (
+                "MDB_MCP_CONNECTION_STRING",
+                "mongodb+srv://admin:Hunter2Pass@c.example.net/app",
+                SecretKind::ConnectionString,
+            ),
+            (
+                "REDIS_URL",
+                "redis://default:pw@localhost:6379",
+                SecretKind::ConnectionString,
+            ),
+            (
+                "AUTHORIZATION",
+                "Bearer 9f8e7d6c5b4a",
+                SecretKind::AuthScheme,
+            ),
+            ("HEADERS_AUTH", "basic dXNlcjpwYXNz", SecretKind::AuthScheme),
+            ("MYSQL_PASS", "hunter2", SecretKind::Named),
+            ("DB_PWD", "hunter2", SecretKind::Named),
+            ("AUTHORIZATION", "hunter2", SecretKind::Named),
+        ] {
+            assert_eq!(env_secret(name, value), Some(kind), "{name}={value}");
+        }
+        for (name, value) in [
+            ("REDIS_URL", "redis://localhost:6379"),
+            ("AUTHORIZATION", "Bearer ${TOKEN}"),
+            ("MESSAGE", "Token limit"),
+            ("PWD", "/home/me"),
+            ("BYPASS", "1"),
+            ("SERVER_URL", "https://user@example.com/x"),
+        ] {
+            assert_eq!(env_secret(name, value), None, "{name}={value}");
+        }
     }
 
     fn check_args(args: &[&str], expect: &[(usize, &str, &str)]) {
