@@ -25,10 +25,28 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ClientError + '_ {
     }
 }
 
+/// How many names the file at `path` (through symlinks) has; 1 when it
+/// cannot be told (no such file, not Unix).
+pub fn hard_links(path: &Path) -> u64 {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(resolve_target(path)).map_or(1, |m| m.nlink())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        1
+    }
+}
+
 /// Replaces the file at `path` (through symlinks) with `new`, atomically:
 /// a temp file with the target's mode in the same directory; just before the
 /// rename the target is re-read and must still equal `expected`; after the
-/// rename the content is read back and compared.
+/// rename the content is read back and compared. A file with more than one
+/// hard link is written in place instead, so every name keeps reading the
+/// same text (protect refuses such files; an unprotect must not leave a
+/// name wrapped).
 pub fn atomic_write(path: &Path, expected: &str, new: &str) -> Result<(), ClientError> {
     let target = resolve_target(path);
     let dir = target.parent().ok_or_else(|| {
@@ -40,6 +58,9 @@ pub fn atomic_write(path: &Path, expected: &str, new: &str) -> Result<(), Client
         path: target.clone(),
         source,
     };
+    if hard_links(&target) > 1 {
+        return write_in_place(&target, expected, new);
+    }
     let mut tmp = tempfile::Builder::new()
         .prefix(".gatehouse-")
         .suffix(".tmp")
@@ -68,6 +89,35 @@ pub fn atomic_write(path: &Path, expected: &str, new: &str) -> Result<(), Client
     let written = std::fs::read_to_string(&target).map_err(io_err(&target))?;
     if written != new {
         return Err(ClientError::Verify { path: target });
+    }
+    Ok(())
+}
+
+/// Rewrites `target` in its own inode (truncate, write, sync), after the
+/// same check that it still holds `expected`, and reads it back.
+fn write_in_place(target: &Path, expected: &str, new: &str) -> Result<(), ClientError> {
+    let write_err = |source| ClientError::Write {
+        path: target.to_path_buf(),
+        source,
+    };
+    let current = std::fs::read_to_string(target).map_err(io_err(target))?;
+    if current != expected {
+        return Err(ClientError::Concurrent {
+            path: target.to_path_buf(),
+        });
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(target)
+        .map_err(write_err)?;
+    file.write_all(new.as_bytes()).map_err(write_err)?;
+    file.sync_all().map_err(write_err)?;
+    let written = std::fs::read_to_string(target).map_err(io_err(target))?;
+    if written != new {
+        return Err(ClientError::Verify {
+            path: target.to_path_buf(),
+        });
     }
     Ok(())
 }
@@ -159,6 +209,25 @@ mod tests {
         atomic_write(&file, "old", "new").unwrap();
         let meta = std::fs::metadata(&file).unwrap();
         assert_eq!((meta.uid(), meta.gid()), (4321, 4321), "owner kept");
+    }
+
+    /// Every name of a hard-linked file reads the new text (a rename would
+    /// have left the other name with the old one); a race is still caught.
+    #[cfg(unix)]
+    #[test]
+    fn a_hard_linked_file_is_written_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("mcp.json");
+        let other = dir.path().join("dotfiles.json");
+        std::fs::write(&file, "old").unwrap();
+        std::fs::hard_link(&file, &other).unwrap();
+        assert_eq!(hard_links(&file), 2);
+        atomic_write(&file, "old", "new").unwrap();
+        assert_eq!(std::fs::read_to_string(&other).unwrap(), "new");
+        assert_eq!(hard_links(&file), 2, "still one file");
+        let err = atomic_write(&file, "stale", "newer").unwrap_err();
+        assert!(matches!(err, ClientError::Concurrent { .. }), "{err}");
+        assert_eq!(std::fs::read_to_string(&other).unwrap(), "new");
     }
 
     #[test]

@@ -584,6 +584,11 @@ impl Protector<'_> {
                         .into(),
                 );
             }
+            if let Err(refused) = refuse_hard_links(&file.path) {
+                report
+                    .notes
+                    .push(format!("the real run is refused: {refused}"));
+            }
             return Ok(report);
         }
         if tracked && !opts.yes {
@@ -597,6 +602,9 @@ impl Protector<'_> {
             Route::Cli(cli) => Some(cli),
             Route::Again => return self.protect_until(file, opts, deadline, pass),
         };
+        if cli.is_none() {
+            refuse_hard_links(&file.path)?;
+        }
         // Secrets first: if the keyring is unavailable nothing is written.
         let mut stored: Vec<(&str, &str)> = Vec::new();
         for (_, plan) in &plans {
@@ -1193,6 +1201,21 @@ fn redact_placeholders(template: &str) -> String {
     }
     out.push_str(&template[last..]);
     out
+}
+
+/// A config with more than one hard link is not protected: the rewrite
+/// (a new file renamed over it) would leave the other names holding the
+/// old text and its secrets, and the client reading them unprotected.
+fn refuse_hard_links(path: &Path) -> Result<(), ClientError> {
+    let links = crate::fsutil::hard_links(path);
+    if links > 1 {
+        return Err(ClientError::Refused(format!(
+            "{} has {links} hard links: a rewrite would leave the other names with the \
+             old text and its secrets; make them symlinks, then protect again",
+            crate::fsutil::resolve_target(path).display()
+        )));
+    }
+    Ok(())
 }
 
 /// A warning when the config was read-only: Gatehouse replaces it anyway

@@ -1574,6 +1574,33 @@ fn a_codex_file_keeps_its_array_comments_line_ends_and_bom() {
     );
 }
 
+/// A hard-linked config is not protected (a rewrite would leave the other
+/// name with the secrets, read unprotected); nothing is written or moved.
+/// One linked after protect is unprotected in place: both names restored.
+#[cfg(unix)]
+#[test]
+fn a_hard_linked_config_is_refused_and_unprotected_in_place() {
+    let fx = Fixture::new("linux-all");
+    let text = "{\"mcpServers\": {\"gh\": {\"command\": \"npx\", \"args\": [\"-y\", \"gh-mcp\"], \
+        \"env\": {\"GITHUB_TOKEN\": \"ghp_0123456789abcdefghijABCDEFGHIJ\"}}}}\n";
+    let p = fx.protector();
+    let cursor = client_file(&fx, "cursor");
+    std::fs::write(&cursor.path, text).unwrap();
+    let other = fx.root.join("dotfiles-mcp.json");
+    std::fs::hard_link(&cursor.path, &other).unwrap();
+    let err = p.protect_file(&cursor, &Options::default()).unwrap_err();
+    assert!(err.to_string().contains("2 hard links"), "{err}");
+    assert_eq!(read(&cursor.path), text);
+    assert!(fx.vault.is_empty(), "no secret moved");
+
+    std::fs::remove_file(&other).unwrap();
+    p.protect_file(&cursor, &Options::default()).unwrap();
+    std::fs::hard_link(&cursor.path, &other).unwrap();
+    p.unprotect_file(&cursor, &Options::default()).unwrap();
+    assert_eq!(read(&cursor.path), text, "restored byte for byte");
+    assert_eq!(read(&other), text, "through both names");
+}
+
 /// An env value that is a URL with a password, or an `Authorization`
 /// value, moves to the keyring whole, whatever the variable's name;
 /// unprotect puts it back byte for byte.
@@ -1591,8 +1618,15 @@ fn connection_strings_and_bearer_values_in_env_move_to_the_keyring() {
     assert!(after.contains("debug"), "{after}");
     let v: serde_json::Value = serde_json::from_str(&after).unwrap();
     let id = wrapped_id(&v, "mongo");
-    let moved = fx.vault.get(&id, "MDB_MCP_CONNECTION_STRING").unwrap().unwrap();
-    assert_eq!(moved.expose(), "mongodb+srv://admin:Hunter2Pass@c.example.net/app");
+    let moved = fx
+        .vault
+        .get(&id, "MDB_MCP_CONNECTION_STRING")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        moved.expose(),
+        "mongodb+srv://admin:Hunter2Pass@c.example.net/app"
+    );
     p.unprotect_file(&cursor, &Options::default()).unwrap();
     assert_eq!(read(&cursor.path), text, "restored byte for byte");
 }
