@@ -221,19 +221,35 @@ fn entries(file: &ConfigFile, doc: &ConfigDoc) -> Vec<EntryView> {
     )
 }
 
-/// Unified diff of two texts, with every value in `secrets` replaced.
+/// Unified diff of two texts, with every value in `secrets` replaced. The
+/// texts are redacted before they are compared, so a value that spans
+/// lines (a PEM key in a TOML `"""` string) is replaced whole; each line of
+/// such a value is also replaced where it shows on its own (written with
+/// other line breaks or escapes than the value's).
 pub fn redacted_diff(path: &Path, old: &str, new: &str, secrets: &[String]) -> String {
-    let diff = similar::TextDiff::from_lines(old, new);
+    let mut secrets: Vec<&String> = secrets.iter().filter(|s| s.len() >= 4).collect();
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let redact = |text: &str| {
+        secrets
+            .iter()
+            .fold(text.to_string(), |t, s| t.replace(s.as_str(), "<redacted>"))
+    };
+    let (old, new) = (redact(old), redact(new));
     let name = path.display().to_string();
-    let mut out = diff
+    let mut out = similar::TextDiff::from_lines(&old, &new)
         .unified_diff()
         .context_radius(3)
         .header(&name, &name)
         .to_string();
-    let mut secrets: Vec<&String> = secrets.iter().filter(|s| s.len() >= 4).collect();
-    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-    for s in &secrets {
-        out = out.replace(s.as_str(), "<redacted>");
+    let mut pieces: Vec<&str> = secrets
+        .iter()
+        .filter(|s| s.contains('\n'))
+        .flat_map(|s| s.lines().map(str::trim))
+        .filter(|line| line.len() >= 8)
+        .collect();
+    pieces.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for piece in pieces {
+        out = out.replace(piece, "<redacted>");
     }
     out.split_inclusive('\n')
         .map(|line| redact_escaped(line, &secrets))

@@ -560,6 +560,35 @@ fn dry_run_redacts_secrets_written_with_escapes() {
     assert!(diff.contains("<redacted>"), "{diff}");
 }
 
+/// A secret spanning lines (a PEM key in a TOML `"""` string) never shows
+/// in a dry run, neither whole nor line by line.
+#[test]
+fn dry_run_redacts_a_secret_spanning_lines() {
+    let fx = Fixture::new("linux-all");
+    let codex = fx
+        .files()
+        .into_iter()
+        .find(|f| f.client.key == "codex")
+        .unwrap();
+    let body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7CANARYline1\n\
+                QWxsIHRoZSBwcmV2aW91cyBsaW5lcyBvZiB0aGlzIGtleSBDQU5BUllsaW5lMg==";
+    std::fs::write(
+        &codex.path,
+        format!(
+            "[mcp_servers.sf]\ncommand = \"npx\"\nargs = [\"-y\", \"snowflake-mcp\"]\n\n\
+             [mcp_servers.sf.env]\nSNOWFLAKE_PRIVATE_KEY = \"\"\"\n-----BEGIN PRIVATE KEY-----\n{body}\n\
+             -----END PRIVATE KEY-----\n\"\"\"\n"
+        ),
+    )
+    .unwrap();
+    let report = fx.protector().protect_file(&codex, &dry_run()).unwrap();
+    let diff = report.diff.expect("a diff");
+    for shown in ["CANARYline1", "Q0FOQVJZbGluZTI", "BEGIN PRIVATE"] {
+        assert!(!diff.contains(shown), "diff shows {shown}:\n{diff}");
+    }
+    assert!(diff.contains("<redacted>"), "{diff}");
+}
+
 #[test]
 fn repair_repoints_wrappers() {
     let fx = Fixture::new("linux-all");
