@@ -374,12 +374,26 @@ fn json_entry(container: &[String], name: &str, node: &Node) -> EntryView {
     } else {
         EntryKind::Unknown
     };
+    // Zed's older `command: {path, args, env}` is not rewritten (it is
+    // malformed for Gatehouse), but its plain-text secrets are reported and
+    // kept out of diffs like any entry's.
+    let nested = node.get("command").filter(|c| c.as_str().is_none());
     let env = node
         .get("env")
+        .or_else(|| nested.and_then(|c| c.get("env")))
         .map(|e| {
             e.members()
                 .iter()
                 .map(|m| (m.key.clone(), m.value.as_str().map(str::to_owned)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let nested_args = nested
+        .and_then(|c| c.get("args"))
+        .map(|a| {
+            a.items()
+                .iter()
+                .filter_map(|i| i.as_str().map(str::to_owned))
                 .collect()
         })
         .unwrap_or_default();
@@ -406,6 +420,7 @@ fn json_entry(container: &[String], name: &str, node: &Node) -> EntryView {
             .unwrap_or_default(),
         wrapped,
         pass_through: vec![],
+        nested_args,
     }
 }
 
@@ -639,6 +654,7 @@ fn toml_entry(container: &[String], name: &str, t: &dyn TableLike) -> EntryView 
                     .collect()
             })
             .unwrap_or_default(),
+        nested_args: vec![],
     }
 }
 

@@ -49,6 +49,9 @@ pub struct EntryView {
     /// Names the client passes from its own environment (Codex `env_vars`);
     /// wrap must pass them on too.
     pub pass_through: Vec<String>,
+    /// The args of a launch in a form Gatehouse does not rewrite (Zed's
+    /// older `command: {path, args, env}`): read for plain-text secrets only.
+    pub nested_args: Vec<String>,
 }
 
 impl EntryView {
@@ -85,15 +88,18 @@ impl EntryView {
                 env_secret(k, v).map(|_| (k.clone(), v.to_owned()))
             })
             .collect();
-        if let EntryKind::Stdio { args, .. } = &self.kind {
-            let inner = self.wrapped.as_ref().map_or(0, |w| w.inner + 1);
-            let args = &args[inner.min(args.len())..];
-            found.extend(
-                find_arg_secrets(args)
-                    .into_iter()
-                    .map(|f| (f.name, args[f.arg_index][f.range].to_owned())),
-            );
-        }
+        let args = match &self.kind {
+            EntryKind::Stdio { args, .. } => {
+                let inner = self.wrapped.as_ref().map_or(0, |w| w.inner + 1);
+                &args[inner.min(args.len())..]
+            }
+            _ => &self.nested_args[..],
+        };
+        found.extend(
+            find_arg_secrets(args)
+                .into_iter()
+                .map(|f| (f.name, args[f.arg_index][f.range].to_owned())),
+        );
         found.extend(self.headers.iter().filter_map(|(k, v)| {
             header_secret(k, v.as_deref()?).map(|s| (format!("{k} (header)"), s.to_owned()))
         }));
@@ -352,6 +358,7 @@ mod tests {
             headers: vec![],
             wrapped: None,
             pass_through: vec![],
+            nested_args: vec![],
         }
     }
 

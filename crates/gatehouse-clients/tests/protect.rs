@@ -560,6 +560,39 @@ fn dry_run_redacts_secrets_written_with_escapes() {
     assert!(diff.contains("<redacted>"), "{diff}");
 }
 
+/// Zed's older `command: {path, args, env}` is not rewritten, but its
+/// plain-text secrets are listed and never shown in a dry run's diff.
+#[test]
+fn a_zed_command_object_shows_its_secrets_by_name_only() {
+    let fx = Fixture::new("linux-all");
+    let zed = fx
+        .files()
+        .into_iter()
+        .find(|f| f.client.key == "zed")
+        .unwrap();
+    std::fs::write(
+        &zed.path,
+        "{\"context_servers\": {\"old\": {\"command\": {\"path\": \"npx\", \
+         \"args\": [\"srv\", \"--api-key\", \"CANARYzedArg0123456789\"], \
+         \"env\": {\"API_KEY\": \"sk-CANARYzedEnv0123456789abcdef\"}}, \"settings\": {}}, \
+         \"new\": {\"command\": \"npx\", \"args\": [\"other\"]}}}\n",
+    )
+    .unwrap();
+    let found = gatehouse_clients::discover::inspect_file(&zed);
+    let old = found.servers.iter().find(|s| s.name == "old").unwrap();
+    assert!(old.blocker.is_some(), "not rewritten");
+    assert_eq!(old.secrets, ["API_KEY", "API_KEY"], "env, then the --api-key argument");
+    let diff = fx
+        .protector()
+        .protect_file(&zed, &dry_run())
+        .unwrap()
+        .diff
+        .unwrap();
+    for shown in ["CANARYzedArg", "CANARYzedEnv"] {
+        assert!(!diff.contains(shown), "diff shows {shown}:\n{diff}");
+    }
+}
+
 /// A secret spanning lines (a PEM key in a TOML `"""` string) never shows
 /// in a dry run, neither whole nor line by line.
 #[test]
