@@ -839,11 +839,20 @@ impl Protector<'_> {
         let views = entries(file, &doc);
         let found = Restorable::find(file, &views, &state.servers);
         for e in &found.foreign {
+            // Protected with another home: that home's records can undo it.
+            let other_home = e
+                .wrapped
+                .as_ref()
+                .and_then(|w| w.home.as_deref())
+                .filter(|home| Path::new(home) != self.gatehouse_home)
+                .map(|home| format!("; it names --home {home}: run unprotect with that home"))
+                .unwrap_or_default();
             report.skipped.push((
                 e.name.clone(),
-                "a wrap entry Gatehouse did not write in this file; left as it is \
-                 (no secrets are put into it)"
-                    .into(),
+                format!(
+                    "a wrap entry Gatehouse did not write in this file; left as it is \
+                     (no secrets are put into it){other_home}"
+                ),
             ));
         }
         for (e, _) in &found.hand_unwrapped {

@@ -581,7 +581,11 @@ fn a_zed_command_object_shows_its_secrets_by_name_only() {
     let found = gatehouse_clients::discover::inspect_file(&zed);
     let old = found.servers.iter().find(|s| s.name == "old").unwrap();
     assert!(old.blocker.is_some(), "not rewritten");
-    assert_eq!(old.secrets, ["API_KEY", "API_KEY"], "env, then the --api-key argument");
+    assert_eq!(
+        old.secrets,
+        ["API_KEY", "API_KEY"],
+        "env, then the --api-key argument"
+    );
     let diff = fx
         .protector()
         .protect_file(&zed, &dry_run())
@@ -591,6 +595,26 @@ fn a_zed_command_object_shows_its_secrets_by_name_only() {
     for shown in ["CANARYzedArg", "CANARYzedEnv"] {
         assert!(!diff.contains(shown), "diff shows {shown}:\n{diff}");
     }
+}
+
+/// An entry protected with another home is left as it is by this home's
+/// unprotect, and the report says which home can undo it.
+#[test]
+fn an_entry_of_another_home_names_that_home() {
+    let fx = Fixture::new("linux-all");
+    let cursor = fx.cursor();
+    let mut other = fx.protector();
+    other.gatehouse_home = fx.root.join("other-home");
+    other.protect_file(&cursor, &Options::default()).unwrap();
+    let protected = read(&cursor.path);
+    let report = fx
+        .protector()
+        .unprotect_file(&cursor, &Options::default())
+        .unwrap();
+    assert_eq!(read(&cursor.path), protected, "left as it is");
+    let (_, why) = &report.skipped[0];
+    let named = format!("--home {}", fx.root.join("other-home").display());
+    assert!(why.contains(&named), "{why}");
 }
 
 /// A secret spanning lines (a PEM key in a TOML `"""` string) never shows
