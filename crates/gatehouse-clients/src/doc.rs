@@ -679,11 +679,22 @@ fn set_keep_decor(t: &mut dyn TableLike, key: &str, mut value: Value) {
     }
 }
 
+/// How a TOML string was written: basic (`"…"`), literal (`'…'`), or one
+/// of their multi-line forms, with or without the line break the opening
+/// quotes may be followed by (which is not part of the value).
 fn toml_quote_style(text: &str, span: &Range<usize>) -> &'static str {
-    if text[span.clone()].starts_with('\'') {
-        "toml-literal"
-    } else {
-        "toml-basic"
+    let written = &text[span.clone()];
+    let breaks_after = |quotes: &str| {
+        let rest = &written[quotes.len()..];
+        rest.starts_with('\n') || rest.starts_with("\r\n")
+    };
+    match () {
+        _ if written.starts_with("'''") && breaks_after("'''") => "toml-ml-literal-nl",
+        _ if written.starts_with("'''") => "toml-ml-literal",
+        _ if written.starts_with("\"\"\"") && breaks_after("\"\"\"") => "toml-ml-basic-nl",
+        _ if written.starts_with("\"\"\"") => "toml-ml-basic",
+        _ if written.starts_with('\'') => "toml-literal",
+        _ => "toml-basic",
     }
 }
 
@@ -905,11 +916,28 @@ fn keep_layout(original: &str, mut out: String) -> String {
     out
 }
 
-/// Quotes an expanded value the way the original span was quoted.
+/// Quotes an expanded value the way the original span was quoted. A value
+/// the original form cannot hold as it is (its closing quotes, a backslash,
+/// a control character) is written as a basic string; the restore is then
+/// not byte for byte, and unprotect says so.
 pub fn requote(style: &str, value: &str) -> String {
+    let holds = |closing: &str| {
+        !value.contains(closing)
+            && !value.contains('\\')
+            && !value
+                .chars()
+                .any(|c| c.is_control() && !matches!(c, '\n' | '\t' | '\r'))
+    };
+    let line_break = if style.ends_with("-nl") { "\n" } else { "" };
     match style {
         "toml-literal" if !value.contains('\'') && !value.contains('\n') => format!("'{value}'"),
-        "toml-basic" | "toml-literal" => Value::from(value).to_string().trim().to_owned(),
+        "toml-ml-literal" | "toml-ml-literal-nl" if holds("'''") => {
+            format!("'''{line_break}{value}'''")
+        }
+        "toml-ml-basic" | "toml-ml-basic-nl" if holds("\"") => {
+            format!("\"\"\"{line_break}{value}\"\"\"")
+        }
+        s if s.starts_with("toml-") => Value::from(value).to_string().trim().to_owned(),
         _ => quote(value),
     }
 }

@@ -916,9 +916,10 @@ impl Protector<'_> {
                     restored = Some(candidate);
                 } else {
                     report.notes.push(
-                        "not restored byte for byte: a string that held a secret was written with \
-                         escapes (such as \\u0041); the entries were restored in place, every value as \
-                         before, that string without its escapes"
+                        "not restored byte for byte: a string that held a secret was written in a \
+                         form Gatehouse does not write back (escapes such as \\u0041, or a quote or \
+                         backslash in a multi-line string); the entries were restored in place, every \
+                         value as before, that string in plain quotes"
                             .into(),
                     );
                 }

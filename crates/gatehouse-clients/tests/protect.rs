@@ -617,6 +617,37 @@ fn an_entry_of_another_home_names_that_home() {
     assert!(why.contains(&named), "{why}");
 }
 
+/// Secrets in TOML multi-line strings (`"""…"""`, `'''…'''`, with or without
+/// a line break after the opening quotes) are restored byte for byte.
+#[test]
+fn toml_multi_line_secrets_are_restored_byte_for_byte() {
+    let fx = Fixture::new("linux-all");
+    let codex = fx
+        .files()
+        .into_iter()
+        .find(|f| f.client.key == "codex")
+        .unwrap();
+    let text = "[mcp_servers.gh]\ncommand = \"npx\"\nargs = [\"-y\", \"gh-mcp\"]\n\n\
+                [mcp_servers.gh.env]\nAPI_KEY = \"\"\"\nabcdefgh\"\"\"\n\
+                OTHER_TOKEN = '''ijklmnop'''\nLITERAL_SECRET = 'qrstuvwx'\n\
+                SNOWFLAKE_PRIVATE_KEY = \"\"\"\n-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEF\n\
+                -----END PRIVATE KEY-----\n\"\"\"\n";
+    std::fs::write(&codex.path, text).unwrap();
+    let p = fx.protector();
+    p.protect_file(&codex, &Options::default()).unwrap();
+    let protected = read(&codex.path);
+    for secret in ["abcdefgh", "ijklmnop", "qrstuvwx", "MIIEvQIB"] {
+        assert!(!protected.contains(secret), "{secret} moved: {protected}");
+    }
+    let report = p.unprotect_file(&codex, &Options::default()).unwrap();
+    assert!(
+        !report.notes.iter().any(|n| n.contains("byte for byte")),
+        "{:?}",
+        report.notes
+    );
+    assert_eq!(read(&codex.path), text, "restored byte for byte");
+}
+
 /// A secret spanning lines (a PEM key in a TOML `"""` string) never shows
 /// in a dry run, neither whole nor line by line.
 #[test]
