@@ -125,7 +125,7 @@ impl CrossRules {
         let send_rule = class == ToolClass::Send && self.read_then_send.mode != FlowMode::Off;
         let sequence = if send_rule {
             Some(self.read_then_send.window_ms)
-        } else if class != ToolClass::Read && self.flow.mode != FlowMode::Off {
+        } else if self.flow.mode != FlowMode::Off {
             Some(self.flow.window_ms)
         } else {
             None
@@ -154,7 +154,8 @@ impl CrossRules {
     /// reads (only linked-mode sequence rules read them).
     pub fn needs_marks(&self, class: ToolClass) -> bool {
         match class {
-            ToolClass::Read => false,
+            // A read is judged by links alone (see `decide`), in either mode.
+            ToolClass::Read => self.flow.mode != FlowMode::Off,
             ToolClass::Send => {
                 self.read_then_send.mode == FlowMode::Linked
                     || (self.read_then_send.mode == FlowMode::Off
@@ -351,18 +352,23 @@ pub fn decide(
     }
     let mut alert = None;
     let send_rule = call.class == ToolClass::Send && rules.read_then_send.mode != FlowMode::Off;
-    let flow_applies = call.class != ToolClass::Read && !send_rule;
     if send_rule {
         match sequence(call, now_ms, prior, rules.read_then_send, true) {
             Some(Seq::Block(f)) => return block(f),
             Some(Seq::Alert(f)) => alert = Some(f),
             None => {}
         }
-    } else if flow_applies && rules.flow.mode != FlowMode::Off {
+    } else if rules.flow.mode != FlowMode::Off {
+        // A read after a read is what a session does all day: only one that
+        // carries another server's data (a fetch whose URL holds it) is a
+        // flow, blocked in either mode; the sequence alone says nothing.
+        let read = call.class == ToolClass::Read;
         match sequence(call, now_ms, prior, rules.flow, false) {
-            Some(Seq::Block(f)) => return block(f),
-            Some(Seq::Alert(f)) => alert = Some(f),
-            None => {}
+            Some(Seq::Block(f)) if !read || f.related.iter().any(|r| r.link.is_some()) => {
+                return block(f)
+            }
+            Some(Seq::Alert(f)) if !read => alert = Some(f),
+            _ => {}
         }
     }
     let own: Vec<&Prior<'_>> = prior

@@ -236,7 +236,11 @@ fn strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
     match value {
         Value::String(s) => out.push(s),
         Value::Array(items) => items.iter().for_each(|v| strings(v, out)),
-        Value::Object(map) => map.values().for_each(|v| strings(v, out)),
+        // Keys too: data can ride in a key as well as in a value.
+        Value::Object(map) => map.iter().for_each(|(k, v)| {
+            out.push(k);
+            strings(v, out)
+        }),
         _ => {}
     }
 }

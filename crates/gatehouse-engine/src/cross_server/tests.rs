@@ -147,6 +147,11 @@ fn taint_table() {
             "short id",
         ),
         (
+            json!({"meta": {"Alice Example, account 4929": true}}),
+            Some(Link::Substring),
+            "carried in a key",
+        ),
+        (
             json!({"body": b64}),
             Some(Link::Substring),
             "base64 of a substring",
@@ -530,11 +535,27 @@ fn read_then_send_and_flow_table() {
             "block cross_server.flow high",
         ),
         (
-            "read after read",
+            "a read carrying another server's read (a fetch whose URL holds it)",
             &d,
             vec![read()],
             c("wiki", "get_page", Read, 5_000),
             leak.clone(),
+            "block cross_server.flow high",
+        ),
+        (
+            "read after read",
+            &d,
+            vec![read()],
+            c("wiki", "get_page", Read, 5_000),
+            plain.clone(),
+            "allow",
+        ),
+        (
+            "read after read, strict: the sequence alone says nothing",
+            &strict,
+            vec![read()],
+            c("wiki", "get_page", Read, 5_000),
+            plain.clone(),
             "allow",
         ),
         (
@@ -827,15 +848,18 @@ fn window_covers_every_rule() {
     };
     assert_eq!(slow.window_ms(), 240_000);
     assert!(d.needs_marks(ToolClass::Send) && d.needs_marks(ToolClass::Write));
-    assert!(!d.needs_marks(ToolClass::Read));
+    assert!(
+        d.needs_marks(ToolClass::Read),
+        "a read is judged by its links"
+    );
     let back = |rules: &CrossRules, class| {
         let l = rules.lookback(class);
         (l.other_reads_ms, l.own_ms)
     };
     assert_eq!(
         back(&d, ToolClass::Read),
-        (None, Some(24_000)),
-        "reads: own calls only"
+        (Some(30_000), Some(24_000)),
+        "reads: other servers' reads for links, own calls"
     );
     assert_eq!(back(&d, ToolClass::Send), (Some(30_000), Some(24_000)));
     let quiet = CrossRules {
