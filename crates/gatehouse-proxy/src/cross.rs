@@ -329,19 +329,20 @@ impl Cross {
             return self.unavailable(&rid, &tool, audit_only, err, out);
         }
         let class = self.class_of(&tool, relay);
-        let args = if self.rules.needs_marks(class) {
+        let needs_marks = self.rules.needs_marks(class);
+        // Hashing the arguments is most of a large call's check: done only
+        // when another server's read could be linked to them.
+        let marks = || {
             params
                 .and_then(|p| p.get("arguments"))
                 .map(|a| ArgMarks::of(&self.key, a))
                 .unwrap_or_default()
-        } else {
-            ArgMarks::default()
         };
-        let facts = CallFacts {
+        let mut facts = CallFacts {
             server_id: self.me.server_id.clone(),
             tool: tool.clone(),
             class,
-            args,
+            args: ArgMarks::default(),
         };
         let audit_only = relay.settings().audit_only;
         let now = now_ms();
@@ -349,6 +350,9 @@ impl Cross {
             presence.catch_up().await;
             let mut local = presence.local.lock().await;
             if local.alone {
+                if needs_marks && local.holds_others_marks() {
+                    facts.args = marks();
+                }
                 let d = judge_local(&self.rules, &self.me, &facts, now, &local);
                 let d = if audit_only { d.audited() } else { d };
                 if let Some(b) = d.bucket {
@@ -372,6 +376,9 @@ impl Cross {
             if let Err(err) = presence.wait_join_synced().await {
                 return self.unavailable(&rid, &tool, audit_only, err, out);
             }
+        }
+        if needs_marks {
+            facts.args = marks();
         }
         let back = self.rules.lookback(class);
         let check = CallCheck {

@@ -94,6 +94,14 @@ pub struct Local {
 }
 
 impl Local {
+    /// Whether another server's read with its result's taint marks is in
+    /// the window: only then can a call's arguments link to anything.
+    pub fn holds_others_marks(&self) -> bool {
+        self.calls
+            .iter()
+            .any(|e| e.server.is_some() && e.call.result.is_some())
+    }
+
     /// Records a call that passed; `request` is set for reads (their result
     /// adds taint marks). Calls older than `window_ms` are dropped.
     pub fn record(
