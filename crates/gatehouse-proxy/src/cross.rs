@@ -715,7 +715,9 @@ fn judge_local(
     // whole window: the window holds thousands of calls after a busy minute.
     let back = rules.lookback(facts.class);
     let since = |ms: Option<i64>| ms.map(|ms| now_ms.saturating_sub(ms));
-    let (own_since, other_since) = (since(back.own_ms), since(back.other_reads_ms));
+    // With no other server's call in the window there is no read to find.
+    let other_reads_ms = back.other_reads_ms.filter(|_| local.holds_others());
+    let (own_since, other_since) = (since(back.own_ms), since(other_reads_ms));
     // The window is in time order (`Local::record`): skip to the first
     // call the rules look at instead of walking the whole window.
     let first = match own_since.into_iter().chain(other_since).min() {

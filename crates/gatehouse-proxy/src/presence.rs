@@ -84,6 +84,10 @@ pub struct Local {
     /// Highest member id this process has acknowledged.
     synced_for: i64,
     pub calls: VecDeque<LocalEntry>,
+    /// How many of `calls` are other servers' (loaded from the shared
+    /// window): with none, no call here can follow another server's read,
+    /// and nothing walks the window to find one.
+    others: usize,
     pub bucket: Option<Bucket>,
     /// Recorded reads by request id.
     pub pending: HashMap<String, Pending>,
@@ -94,12 +98,25 @@ pub struct Local {
 }
 
 impl Local {
+    /// Whether another server's calls are in the window (O(1)).
+    pub fn holds_others(&self) -> bool {
+        self.others > 0
+    }
+
     /// Whether another server's read with its result's taint marks is in
     /// the window: only then can a call's arguments link to anything.
     pub fn holds_others_marks(&self) -> bool {
-        self.calls
-            .iter()
-            .any(|e| e.server.is_some() && e.call.result.is_some())
+        self.holds_others()
+            && self
+                .calls
+                .iter()
+                .any(|e| e.server.is_some() && e.call.result.is_some())
+    }
+
+    /// Empties the window.
+    fn clear_calls(&mut self) {
+        self.calls.clear();
+        self.others = 0;
     }
 
     /// Records a call that passed; `request` is set for reads (their result
@@ -127,8 +144,11 @@ impl Local {
     ) -> u64 {
         let horizon = call.time_ms.saturating_sub(window_ms);
         while self.calls.front().is_some_and(|e| e.call.time_ms < horizon) {
-            self.calls.pop_front();
+            if self.calls.pop_front().is_some_and(|e| e.server.is_some()) {
+                self.others -= 1;
+            }
         }
+        self.others += usize::from(server.is_some());
         let seq = self.next_seq;
         self.next_seq += 1;
         self.calls.push_back(LocalEntry {
@@ -151,7 +171,7 @@ impl Local {
         bucket: Option<BucketState>,
         window_ms: i64,
     ) {
-        self.calls.clear();
+        self.clear_calls();
         for e in entries {
             let class = ToolClass::parse(&e.category).unwrap_or(ToolClass::Unknown);
             // Other servers' calls matter only as reads (sequence rules).
@@ -364,6 +384,7 @@ impl Presence {
                 join_synced: alone,
                 synced_for: member,
                 calls: VecDeque::new(),
+                others: 0,
                 bucket: None,
                 pending: HashMap::new(),
                 next_seq: 0,
@@ -409,7 +430,7 @@ impl Presence {
         // Nothing is judged here any more; a hand-over after this would
         // write the calls twice.
         local.alone = false;
-        local.calls.clear();
+        local.clear_calls();
         drop(local);
         if let Err(err) = done {
             warn!(%err, "could not leave the session");
@@ -667,7 +688,7 @@ impl Presence {
             }
         }
         local.pending.retain(|_, p| matches!(p, Pending::Stored(_)));
-        local.calls.clear();
+        local.clear_calls();
         local.alone = false;
         local.synced_for = newest;
         Ok(())
@@ -756,6 +777,56 @@ mod tests {
         assert_eq!(local.marking, 0);
         me.mark_later(key, local, vec![(seq, result)]);
         marks
+    }
+
+    /// Other servers' calls are counted as they are loaded and leave the
+    /// window, so a window of this server's calls alone is never walked.
+    #[test]
+    fn other_servers_calls_are_counted_in_and_out_of_the_window() {
+        let mut local = Local {
+            alone: true,
+            join_synced: true,
+            synced_for: 0,
+            calls: VecDeque::new(),
+            others: 0,
+            bucket: None,
+            pending: HashMap::new(),
+            next_seq: 0,
+            marking: 0,
+        };
+        let entry =
+            |server: &str, time_ms: i64, result: Option<Vec<u8>>| gatehouse_store::WindowEntry {
+                call: gatehouse_store::CallId {
+                    id: time_ms,
+                    time_ms,
+                },
+                server_id: server.into(),
+                tool: "read_file".into(),
+                category: "read".into(),
+                time_ms,
+                outcome: "allow".into(),
+                detail: None,
+                result,
+            };
+        local.load(
+            "me",
+            vec![
+                entry("other", 1_000, Some(vec![1])),
+                entry("me", 1_500, None),
+            ],
+            None,
+            60_000,
+        );
+        assert!(local.holds_others() && local.holds_others_marks());
+        local.record(ToolClass::Read, read_call(30_000), None, 60_000);
+        assert!(local.holds_others(), "still in the window");
+        local.record(ToolClass::Read, read_call(61_200), None, 60_000);
+        assert!(!local.holds_others(), "the other's read left the window");
+        assert_eq!(local.calls.len(), 3, "this server's calls stay");
+        local.load("me", vec![entry("other", 70_000, None)], None, 60_000);
+        assert!(local.holds_others() && !local.holds_others_marks());
+        local.clear_calls();
+        assert!(!local.holds_others());
     }
 
     #[tokio::test]
