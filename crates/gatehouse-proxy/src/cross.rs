@@ -366,7 +366,7 @@ impl Cross {
                         outcome: d.outcome().to_string(),
                         result: None,
                     };
-                    let request = (class == ToolClass::Read).then(|| id_key(id));
+                    let request = class.leaves_marks().then(|| id_key(id));
                     local.record(class, call, request, self.rules.window_ms());
                 }
                 drop(local);
@@ -419,9 +419,10 @@ impl Cross {
             .await;
         match outcome {
             Ok(outcome) => {
-                // A blocked read gets no result to wait for.
+                // A blocked call gets no result to wait for.
                 let forwarded = !matches!(outcome.decision.verdict.verdict, CrossVerdict::Block(_));
-                if let (Some(call), ToolClass::Read, true) = (outcome.recorded, class, forwarded) {
+                let marked = forwarded && class.leaves_marks();
+                if let (Some(call), true) = (outcome.recorded, marked) {
                     match &self.presence {
                         Some(p) => {
                             p.local
@@ -730,7 +731,7 @@ fn judge_local(
         .range(first..)
         .filter(|e| match &e.server {
             None => after(own_since, e.call.time_ms),
-            Some(_) => e.class == ToolClass::Read && after(other_since, e.call.time_ms),
+            Some(_) => e.class.leaves_marks() && after(other_since, e.call.time_ms),
         })
         .map(|e| Prior {
             server_id: e.server.as_deref().unwrap_or(&me.server_id),

@@ -174,9 +174,10 @@ impl Local {
         self.clear_calls();
         for e in entries {
             let class = ToolClass::parse(&e.category).unwrap_or(ToolClass::Unknown);
-            // Other servers' calls matter only as reads (sequence rules).
+            // Other servers' calls matter only as what later calls may
+            // carry (sequence rules): those whose results leave marks.
             let server = (e.server_id != server_id).then_some(e.server_id);
-            if server.is_some() && class != ToolClass::Read {
+            if server.is_some() && !class.leaves_marks() {
                 continue;
             }
             let call = LocalCall {

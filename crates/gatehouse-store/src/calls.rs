@@ -338,7 +338,10 @@ impl LoadedWindow {
                         if e.server_id == server_id {
                             e.time_ms >= own_since
                         } else {
-                            e.category == "read" && e.time_ms >= other_since
+                            // The classes whose results leave taint marks
+                            // (`ToolClass::leaves_marks`).
+                            matches!(e.category.as_str(), "read" | "compute" | "unknown")
+                                && e.time_ms >= other_since
                         }
                     })
                     .cloned()

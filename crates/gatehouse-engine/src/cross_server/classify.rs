@@ -39,6 +39,18 @@ impl ToolClass {
         })
     }
 
+    /// Whether the call's result is kept as taint marks: what a read, a
+    /// command (`run_command` printing `.env`) or a tool of unknown kind
+    /// returns may be what a later call of another server carries out. The
+    /// sequence rules link later calls to these; only reads also count as
+    /// the sequence alone (strict mode, the unlinked alert).
+    pub fn leaves_marks(self) -> bool {
+        matches!(
+            self,
+            ToolClass::Read | ToolClass::Compute | ToolClass::Unknown
+        )
+    }
+
     /// Ordered by risk: `Send` > `Compute` > `Write` > `Unknown` > `Read`.
     fn raise(self, other: ToolClass) -> ToolClass {
         self.max(other)

