@@ -105,7 +105,19 @@ fn flow(mode: PolicyFlow, window: std::time::Duration, on: bool) -> FlowSettings
 /// The engine's rules for one server, from the policy.
 pub fn rules_for(policy: &Policy, server: &ServerSettings) -> CrossRules {
     let cs = &policy.cross_server;
+    // Whatever this server's own checks, the session's other servers link
+    // to its calls for as long as the policy's longest sequence window.
+    let window = |mode: PolicyFlow, w: std::time::Duration| {
+        if mode == PolicyFlow::Off {
+            0
+        } else {
+            w.as_millis() as i64
+        }
+    };
+    let session_reads_ms = window(cs.read_then_send.mode, cs.read_then_send.window)
+        .max(window(cs.flow.mode, cs.flow.window));
     CrossRules {
+        session_reads_ms,
         read_then_send: flow(cs.read_then_send.mode, cs.read_then_send.window, true),
         flow: flow(cs.flow.mode, cs.flow.window, server.flow_checked),
         burst: server.burst_checked.then_some(BurstSettings {
@@ -881,6 +893,27 @@ mod tests {
         let tools = json!([{"name": "helper", "description": description, "inputSchema": {"type": "object"}}]);
         let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"tools": tools}});
         relay.on_server_frame(parse_frame(serde_json::to_vec(&answer).unwrap()), 0);
+    }
+
+    /// A trusted server's flow rule is off, yet the session's other servers
+    /// link to its reads for the policy's longest window: its window keeps
+    /// them (store pruning, the in-memory window, what outlives its exit).
+    #[test]
+    fn a_trusted_servers_reads_stay_for_the_policys_longest_window() {
+        let text =
+            "[cross_server.flow]\nwindow_secs = 120\n[servers.\"fs\"]\ntrust = \"trusted\"\n";
+        let policy = gatehouse_config::check_text("p", text).unwrap().policy;
+        let trusted = rules_for(&policy, &policy.server_settings("fs"));
+        assert_eq!(
+            trusted.flow.mode,
+            FlowMode::Off,
+            "its own calls are not checked"
+        );
+        assert_eq!(trusted.session_reads_ms, 120_000);
+        assert!(trusted.window_ms() >= 120_000);
+        assert!(trusted.outlives_exit(ToolClass::Read, 100_000));
+        let other = rules_for(&policy, &policy.server_settings("mail"));
+        assert_eq!(other.flow.window_ms, 120_000);
     }
 
     /// A remembered class is the one `classify` gives for the definition

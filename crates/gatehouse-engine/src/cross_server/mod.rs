@@ -71,6 +71,11 @@ pub struct CrossRules {
     pub flow: FlowSettings,
     pub burst: Option<BurstSettings>,
     pub rate: Option<RateSettings>,
+    /// How long the session's other servers may look back at this server's
+    /// calls: the longest sequence window of the policy, whatever this
+    /// server's own checks (a trusted server's flow is off, but another
+    /// server's flow rule still links to its reads). 0: none.
+    pub session_reads_ms: i64,
 }
 
 impl Default for CrossRules {
@@ -93,6 +98,7 @@ impl Default for CrossRules {
                 per_minute: 100,
                 burst: 20,
             }),
+            session_reads_ms: 30_000,
         }
     }
 }
@@ -101,7 +107,7 @@ impl CrossRules {
     /// How far back [`decide`] needs the session's calls. The rate limit is
     /// computed from the recorded calls over twice its refill time.
     pub fn window_ms(&self) -> i64 {
-        let mut w = 1;
+        let mut w = self.session_reads_ms.max(1);
         if self.read_then_send.mode != FlowMode::Off {
             w = w.max(self.read_then_send.window_ms);
         }
@@ -144,9 +150,8 @@ impl CrossRules {
     /// while it counts toward this server's burst or rate limit after a
     /// restart. Only these are written at exit.
     pub fn outlives_exit(&self, class: ToolClass, age_ms: i64) -> bool {
-        let links = |f: &FlowSettings| f.mode != FlowMode::Off && age_ms < f.window_ms;
         let own = self.lookback(class).own_ms;
-        (class.leaves_marks() && (links(&self.read_then_send) || links(&self.flow)))
+        (class.leaves_marks() && age_ms < self.session_reads_ms)
             || own.is_some_and(|ms| age_ms < ms)
     }
 
