@@ -63,6 +63,16 @@ pub struct CrossIdentity {
     pub command_hash: String,
 }
 
+/// A call relayed unchecked, waiting to be written (`Cross::unrecorded`).
+struct Unrecorded {
+    call: LocalCall,
+    /// Its request's id while its result is awaited.
+    request: Option<String>,
+}
+
+/// Calls relayed unchecked kept for a later write at most (the oldest go).
+const MAX_UNRECORDED: usize = 256;
+
 /// The cross-server hook of one wrap process.
 pub struct Cross {
     store: Option<Store>,
@@ -81,6 +91,11 @@ pub struct Cross {
     /// Recorded reads waiting for their result (request id → call), without
     /// presence; with it they live in its `Local`.
     pending: HashMap<String, CallId>,
+    /// Calls relayed unchecked while the database could not be reached,
+    /// whose results may be carried out later: written, with their marks,
+    /// by the next check that reaches it (DESIGN §8, "record what can be
+    /// recorded later"), so a later call can still be linked to them.
+    unrecorded: Vec<Unrecorded>,
     tools_generation: u64,
     /// Listed tools' classes, for the relay's tool list of
     /// `classes_generation`: a class depends only on the name, the listed
@@ -186,6 +201,7 @@ impl Cross {
             fail_closed: policy.fail_closed(),
             me,
             pending: HashMap::new(),
+            unrecorded: Vec::new(),
             tools_generation: 0,
             classes: HashMap::new(),
             classes_generation: 0,
@@ -227,6 +243,7 @@ impl Cross {
                 Output::Settled(id) => {
                     // No result will come for it: its read stops waiting.
                     let key = id_key(&id.to_value());
+                    self.mark_unrecorded(&key, None);
                     match (&self.presence, late.as_mut()) {
                         (_, Some(held)) => drop(held.local.pending.remove(&key)),
                         (Some(p), None) => drop(p.local.lock().await.pending.remove(&key)),
@@ -386,12 +403,14 @@ impl Cross {
             }
             drop(local);
             if let Err(err) = presence.wait_join_synced().await {
+                self.defer(id, &tool, class, audit_only, now);
                 return self.unavailable(&rid, &tool, audit_only, err, out);
             }
         }
         if needs_marks {
             facts.args = marks();
         }
+        self.record_unrecorded().await;
         let back = self.rules.lookback(class);
         let check = CallCheck {
             session: &self.me.session,
@@ -450,7 +469,10 @@ impl Cross {
                 }
                 self.answer(&rid, &tool, outcome.decision.verdict, out)
             }
-            Err(err) => self.unavailable(&rid, &tool, audit_only, err.to_string(), out),
+            Err(err) => {
+                self.defer(id, &tool, class, audit_only, now);
+                self.unavailable(&rid, &tool, audit_only, err.to_string(), out)
+            }
         }
     }
 
@@ -504,6 +526,67 @@ impl Cross {
     }
 
     /// DESIGN §8: the database is unavailable or busy past budget.
+    /// Keeps a call relayed unchecked (not blocked) whose result leaves
+    /// marks, to be written later (`record_unrecorded`).
+    fn defer(&mut self, id: &Value, tool: &str, class: ToolClass, audit_only: bool, now: i64) {
+        let blocked = self.fail_closed && !audit_only;
+        if blocked || !class.leaves_marks() {
+            return;
+        }
+        if self.unrecorded.len() >= MAX_UNRECORDED {
+            self.unrecorded.remove(0);
+        }
+        self.unrecorded.push(Unrecorded {
+            call: LocalCall {
+                tool: tool.to_string(),
+                category: class.as_str().to_string(),
+                time_ms: now,
+                outcome: "unchecked".into(),
+                result: None,
+            },
+            request: Some(id_key(id)),
+        });
+    }
+
+    /// Writes the calls relayed unchecked whose results came (or will not
+    /// come), still inside the window; kept for the next try when the
+    /// database is still out of reach.
+    async fn record_unrecorded(&mut self) {
+        let horizon = now_ms() - self.rules.window_ms();
+        self.unrecorded.retain(|u| u.call.time_ms >= horizon);
+        let (ready, waiting): (Vec<Unrecorded>, Vec<Unrecorded>) =
+            std::mem::take(&mut self.unrecorded)
+                .into_iter()
+                .partition(|u| u.request.is_none());
+        self.unrecorded = waiting;
+        let (Some(store), false) = (&self.store, ready.is_empty()) else {
+            self.unrecorded.extend(ready);
+            return;
+        };
+        let calls: Vec<LocalCall> = ready.iter().map(|u| u.call.clone()).collect();
+        let written = store
+            .record_late_calls(&self.me.session, &self.me.server_id, &calls)
+            .await;
+        if let Err(err) = written {
+            warn!(%err, "could not record calls relayed unchecked; tried again later");
+            self.unrecorded.extend(ready);
+        }
+    }
+
+    /// The result of a call relayed unchecked: its marks, kept with it.
+    fn mark_unrecorded(&mut self, key: &str, result: Option<&Value>) -> bool {
+        let Some(u) = self
+            .unrecorded
+            .iter_mut()
+            .find(|u| u.request.as_deref() == Some(key))
+        else {
+            return false;
+        };
+        u.request = None;
+        u.call.result = result.map(|r| cross_server::taint::result_marks(&self.key, r));
+        true
+    }
+
     fn unavailable(
         &self,
         rid: &RequestId,
@@ -564,6 +647,9 @@ impl Cross {
 
     /// Whether a recorded read may be waiting for its result.
     async fn may_await_result(&self, late: &Option<LateMarks>) -> bool {
+        if self.unrecorded.iter().any(|u| u.request.is_some()) {
+            return true;
+        }
         match (&self.presence, late) {
             (_, Some(held)) => !held.local.pending.is_empty(),
             (Some(p), None) => !p.local.lock().await.pending.is_empty(),
@@ -585,6 +671,11 @@ impl Cross {
         // A split line takes its longest string back from the message when
         // it is forwarded, so only a whole line's results can wait.
         let may_wait = matches!(raw, Raw::Whole(_));
+        for msg in &messages {
+            if let Some(key) = result_key(msg) {
+                self.mark_unrecorded(&key, msg.get("result"));
+            }
+        }
         let mut stored = Vec::new();
         match &self.presence {
             Some(p) => {
@@ -655,6 +746,8 @@ impl Cross {
     /// process ends).
     pub async fn leave(&mut self) {
         self.joined().await;
+        // Calls relayed unchecked whose results came still count.
+        self.record_unrecorded().await;
         if let Some(presence) = &self.presence {
             let rules = &self.rules;
             presence
@@ -914,6 +1007,118 @@ mod tests {
         assert!(trusted.outlives_exit(ToolClass::Read, 100_000));
         let other = rules_for(&policy, &policy.server_settings("mail"));
         assert_eq!(other.flow.window_ms, 120_000);
+    }
+
+    /// A read relayed unchecked while the database is locked is written,
+    /// with its result's marks, by the next check that reaches it: a later
+    /// call carrying that result is still linked (DESIGN §8).
+    #[tokio::test]
+    async fn a_read_relayed_unchecked_is_recorded_later_and_still_links() {
+        let home = tempfile::tempdir().unwrap();
+        let opts = gatehouse_store::StoreOptions {
+            busy_timeout: std::time::Duration::from_millis(50),
+            ..Default::default()
+        };
+        let store = Store::open(home.path(), opts.clone()).await.unwrap();
+        let policy = Policy::default();
+        let cross_of = |server: &str| {
+            let me = CrossIdentity {
+                session: "s".into(),
+                server_id: server.into(),
+                pin_server_id: server.into(),
+                command_hash: server.into(),
+            };
+            let rules = rules_for(&policy, &policy.server_settings(server));
+            Cross::new(
+                Some(store.clone()),
+                None,
+                me,
+                &policy,
+                rules,
+                taint_key(b"k"),
+            )
+        };
+        let relay = Relay::new(
+            ServerInfo {
+                server_id: "fs".into(),
+            },
+            Settings::default(),
+            NoInspector,
+            PinTable::default(),
+            "n",
+        );
+        let call = |id: u64, tool: &str, args: Value| {
+            let msg = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": tool, "arguments": args}});
+            Output::ToServer(serde_json::to_vec(&msg).unwrap())
+        };
+        let event_rules = |out: &[Output]| -> Vec<String> {
+            out.iter()
+                .filter_map(|o| match o {
+                    Output::Event(e) => Some(e.rule.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+
+        let mut fs = cross_of("fs");
+        let other = Store::open(home.path(), opts).await.unwrap();
+        let writing = other.pool().begin_with("BEGIN IMMEDIATE").await.unwrap();
+        let (out, _) = fs
+            .filter(
+                vec![call(1, "read_file", json!({"path": "memo.txt"}))],
+                &relay,
+            )
+            .await;
+        assert_eq!(event_rules(&out), ["cross_server.unavailable"]);
+        assert!(
+            matches!(
+                &out[1],
+                Output::Pass {
+                    to: Peer::Server,
+                    ..
+                }
+            ),
+            "relayed unchecked: {out:?}"
+        );
+        let result = json!({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text",
+            "text": "the vault code is BLUEHERON-7731, rotate it monthly"}]}});
+        let (out, _) = fs
+            .filter(
+                vec![Output::ToClient(serde_json::to_vec(&result).unwrap())],
+                &relay,
+            )
+            .await;
+        assert_eq!(out.len(), 1, "the result goes on");
+        writing.rollback().await.unwrap();
+        // The database is back: the read is written by the next check.
+        let (out, _) = fs
+            .filter(
+                vec![call(2, "read_file", json!({"path": "todo.txt"}))],
+                &relay,
+            )
+            .await;
+        assert!(event_rules(&out).is_empty(), "{out:?}");
+
+        let mut mail = cross_of("mail");
+        let (out, _) = mail
+            .filter(
+                vec![call(
+                    1,
+                    "send_email",
+                    json!({"body": "code BLUEHERON-7731"}),
+                )],
+                &relay,
+            )
+            .await;
+        let blocked = out.iter().any(|o| {
+            matches!(o, Output::Event(e)
+                if e.rule == "cross_server.read_then_send" && e.action == Action::Block)
+        });
+        assert!(
+            blocked,
+            "the send carrying the unchecked read is linked: {out:?}"
+        );
     }
 
     /// A remembered class is the one `classify` gives for the definition

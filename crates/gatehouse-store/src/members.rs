@@ -133,6 +133,22 @@ impl Store {
         Ok(ids)
     }
 
+    /// Writes calls that were relayed unchecked while the database could
+    /// not be reached (DESIGN §8: recorded later), with their results'
+    /// taint marks, in one transaction.
+    pub async fn record_late_calls(
+        &self,
+        session: &str,
+        server_id: &str,
+        calls: &[LocalCall],
+    ) -> Result<()> {
+        let _gate = self.write_gate().await;
+        let mut tx = self.pool().begin_with("BEGIN IMMEDIATE").await?;
+        write_calls(&mut tx, session, server_id, calls, None).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// A member alone in its session leaves: its in-memory calls and its
     /// limiter state (cool-down) are written to the session's window and its
     /// row removed, in one transaction, so a wrap of the session started
