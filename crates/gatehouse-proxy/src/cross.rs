@@ -552,6 +552,9 @@ impl Cross {
     /// come), still inside the window; kept for the next try when the
     /// database is still out of reach.
     async fn record_unrecorded(&mut self) {
+        if self.unrecorded.is_empty() {
+            return;
+        }
         let horizon = now_ms() - self.rules.window_ms();
         self.unrecorded.retain(|u| u.call.time_ms >= horizon);
         let (ready, waiting): (Vec<Unrecorded>, Vec<Unrecorded>) =
