@@ -565,11 +565,7 @@ fn dry_run_redacts_secrets_written_with_escapes() {
 #[test]
 fn a_zed_command_object_shows_its_secrets_by_name_only() {
     let fx = Fixture::new("linux-all");
-    let zed = fx
-        .files()
-        .into_iter()
-        .find(|f| f.client.key == "zed")
-        .unwrap();
+    let zed = client_file(&fx, "zed");
     std::fs::write(
         &zed.path,
         "{\"context_servers\": {\"old\": {\"command\": {\"path\": \"npx\", \
@@ -622,11 +618,7 @@ fn an_entry_of_another_home_names_that_home() {
 #[test]
 fn toml_multi_line_secrets_are_restored_byte_for_byte() {
     let fx = Fixture::new("linux-all");
-    let codex = fx
-        .files()
-        .into_iter()
-        .find(|f| f.client.key == "codex")
-        .unwrap();
+    let codex = client_file(&fx, "codex");
     let text = "[mcp_servers.gh]\ncommand = \"npx\"\nargs = [\"-y\", \"gh-mcp\"]\n\n\
                 [mcp_servers.gh.env]\nAPI_KEY = \"\"\"\nabcdefgh\"\"\"\n\
                 OTHER_TOKEN = '''ijklmnop'''\nLITERAL_SECRET = 'qrstuvwx'\n\
@@ -653,11 +645,7 @@ fn toml_multi_line_secrets_are_restored_byte_for_byte() {
 #[test]
 fn dry_run_redacts_a_secret_spanning_lines() {
     let fx = Fixture::new("linux-all");
-    let codex = fx
-        .files()
-        .into_iter()
-        .find(|f| f.client.key == "codex")
-        .unwrap();
+    let codex = client_file(&fx, "codex");
     let body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7CANARYline1\n\
                 QWxsIHRoZSBwcmV2aW91cyBsaW5lcyBvZiB0aGlzIGtleSBDQU5BUllsaW5lMg==";
     std::fs::write(
@@ -1659,11 +1647,7 @@ fn a_crlf_json_file_gets_crlf_lines() {
 fn a_codex_file_keeps_its_array_comments_line_ends_and_bom() {
     let fx = Fixture::new("linux-all");
     let p = fx.protector();
-    let codex = fx
-        .files()
-        .into_iter()
-        .find(|f| f.client.key == "codex")
-        .unwrap();
+    let codex = client_file(&fx, "codex");
     let args = "args = [\r\n  # the entry point\r\n  \"server.js\",\r\n  \"--port\", # default 1\r\n  \"1\",\r\n]";
     let original =
         format!("\u{feff}# Codex\r\n[mcp_servers.local]\r\ncommand = \"node\"\r\n{args}\r\n");

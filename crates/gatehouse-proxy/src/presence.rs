@@ -98,6 +98,21 @@ pub struct Local {
 }
 
 impl Local {
+    /// An empty window for member `member`, judging here when `alone`.
+    fn new(alone: bool, member: i64) -> Local {
+        Local {
+            alone,
+            join_synced: alone,
+            synced_for: member,
+            calls: VecDeque::new(),
+            others: 0,
+            bucket: None,
+            pending: HashMap::new(),
+            next_seq: 0,
+            marking: 0,
+        }
+    }
+
     /// Whether another server's calls are in the window (O(1)).
     pub fn holds_others(&self) -> bool {
         self.others > 0
@@ -380,17 +395,7 @@ impl Presence {
             stamp,
             stamp_file: std::sync::Mutex::new(stamp_file),
             window_ms,
-            local: Arc::new(Mutex::new(Local {
-                alone,
-                join_synced: alone,
-                synced_for: member,
-                calls: VecDeque::new(),
-                others: 0,
-                bucket: None,
-                pending: HashMap::new(),
-                next_seq: 0,
-                marking: 0,
-            })),
+            local: Arc::new(Mutex::new(Local::new(alone, member))),
             unmarked: std::sync::Mutex::new(Unmarked::default()),
             marked: Notify::new(),
         });
@@ -784,17 +789,7 @@ mod tests {
     /// window, so a window of this server's calls alone is never walked.
     #[test]
     fn other_servers_calls_are_counted_in_and_out_of_the_window() {
-        let mut local = Local {
-            alone: true,
-            join_synced: true,
-            synced_for: 0,
-            calls: VecDeque::new(),
-            others: 0,
-            bucket: None,
-            pending: HashMap::new(),
-            next_seq: 0,
-            marking: 0,
-        };
+        let mut local = Local::new(true, 0);
         let entry =
             |server: &str, time_ms: i64, result: Option<Vec<u8>>| gatehouse_store::WindowEntry {
                 call: gatehouse_store::CallId {
