@@ -120,20 +120,15 @@ fn flow(mode: PolicyFlow, window: std::time::Duration, on: bool) -> FlowSettings
 /// The engine's rules for one server, from the policy.
 pub fn rules_for(policy: &Policy, server: &ServerSettings) -> CrossRules {
     let cs = &policy.cross_server;
+    let read_then_send = flow(cs.read_then_send.mode, cs.read_then_send.window, true);
     // Whatever this server's own checks, the session's other servers link
     // to its calls for as long as the policy's longest sequence window.
-    let window = |mode: PolicyFlow, w: std::time::Duration| {
-        if mode == PolicyFlow::Off {
-            0
-        } else {
-            w.as_millis() as i64
-        }
-    };
-    let session_reads_ms = window(cs.read_then_send.mode, cs.read_then_send.window)
-        .max(window(cs.flow.mode, cs.flow.window));
+    let session_reads_ms = read_then_send
+        .reach_ms()
+        .max(flow(cs.flow.mode, cs.flow.window, true).reach_ms());
     CrossRules {
         session_reads_ms,
-        read_then_send: flow(cs.read_then_send.mode, cs.read_then_send.window, true),
+        read_then_send,
         flow: flow(cs.flow.mode, cs.flow.window, server.flow_checked),
         burst: server.burst_checked.then_some(BurstSettings {
             max_calls: cs.burst.max_calls,
@@ -355,7 +350,7 @@ impl Cross {
         if self.store.is_none() {
             let err = "the database could not be opened".to_string();
             let audit_only = relay.settings().audit_only;
-            return self.unavailable(&rid, &tool, audit_only, err, out);
+            return self.unavailable(&rid, &tool, audit_only, err, None, out);
         }
         let class = self.class_of(&tool, relay);
         let needs_marks = self.rules.needs_marks(class);
@@ -403,8 +398,8 @@ impl Cross {
             }
             drop(local);
             if let Err(err) = presence.wait_join_synced().await {
-                self.defer(id, &tool, class, audit_only, now);
-                return self.unavailable(&rid, &tool, audit_only, err, out);
+                let relayed = Some((id, class));
+                return self.unavailable(&rid, &tool, audit_only, err, relayed, out);
             }
         }
         if needs_marks {
@@ -470,8 +465,8 @@ impl Cross {
                 self.answer(&rid, &tool, outcome.decision.verdict, out)
             }
             Err(err) => {
-                self.defer(id, &tool, class, audit_only, now);
-                self.unavailable(&rid, &tool, audit_only, err.to_string(), out)
+                let relayed = Some((id, class));
+                self.unavailable(&rid, &tool, audit_only, err.to_string(), relayed, out)
             }
         }
     }
@@ -525,29 +520,6 @@ impl Cross {
         }
     }
 
-    /// DESIGN §8: the database is unavailable or busy past budget.
-    /// Keeps a call relayed unchecked (not blocked) whose result leaves
-    /// marks, to be written later (`record_unrecorded`).
-    fn defer(&mut self, id: &Value, tool: &str, class: ToolClass, audit_only: bool, now: i64) {
-        let blocked = self.fail_closed && !audit_only;
-        if blocked || !class.leaves_marks() {
-            return;
-        }
-        if self.unrecorded.len() >= MAX_UNRECORDED {
-            self.unrecorded.remove(0);
-        }
-        self.unrecorded.push(Unrecorded {
-            call: LocalCall {
-                tool: tool.to_string(),
-                category: class.as_str().to_string(),
-                time_ms: now,
-                outcome: "unchecked".into(),
-                result: None,
-            },
-            request: Some(id_key(id)),
-        });
-    }
-
     /// Writes the calls relayed unchecked whose results came (or will not
     /// come), still inside the window; kept for the next try when the
     /// database is still out of reach.
@@ -557,48 +529,68 @@ impl Cross {
         }
         let horizon = now_ms() - self.rules.window_ms();
         self.unrecorded.retain(|u| u.call.time_ms >= horizon);
-        let (ready, waiting): (Vec<Unrecorded>, Vec<Unrecorded>) =
-            std::mem::take(&mut self.unrecorded)
-                .into_iter()
-                .partition(|u| u.request.is_none());
-        self.unrecorded = waiting;
-        let (Some(store), false) = (&self.store, ready.is_empty()) else {
-            self.unrecorded.extend(ready);
+        let ready: Vec<LocalCall> = self
+            .unrecorded
+            .extract_if(.., |u| u.request.is_none())
+            .map(|u| u.call)
+            .collect();
+        // Calls are kept only where there is a store to write them to.
+        let Some(store) = self.store.as_ref().filter(|_| !ready.is_empty()) else {
             return;
         };
-        let calls: Vec<LocalCall> = ready.iter().map(|u| u.call.clone()).collect();
         let written = store
-            .record_late_calls(&self.me.session, &self.me.server_id, &calls)
+            .record_late_calls(&self.me.session, &self.me.server_id, &ready)
             .await;
         if let Err(err) = written {
             warn!(%err, "could not record calls relayed unchecked; tried again later");
-            self.unrecorded.extend(ready);
+            let again = ready.into_iter().map(|call| Unrecorded {
+                call,
+                request: None,
+            });
+            self.unrecorded.extend(again);
         }
     }
 
     /// The result of a call relayed unchecked: its marks, kept with it.
-    fn mark_unrecorded(&mut self, key: &str, result: Option<&Value>) -> bool {
-        let Some(u) = self
+    fn mark_unrecorded(&mut self, key: &str, result: Option<&Value>) {
+        let waiting = self
             .unrecorded
             .iter_mut()
-            .find(|u| u.request.as_deref() == Some(key))
-        else {
-            return false;
-        };
-        u.request = None;
-        u.call.result = result.map(|r| cross_server::taint::result_marks(&self.key, r));
-        true
+            .find(|u| u.request.as_deref() == Some(key));
+        if let Some(u) = waiting {
+            u.request = None;
+            u.call.result = result.map(|r| cross_server::taint::result_marks(&self.key, r));
+        }
     }
 
+    /// DESIGN §8: the database is unavailable or busy past budget. A call
+    /// `relayed` unchecked (not blocked) whose result leaves marks is kept
+    /// to be written later (`record_unrecorded`).
     fn unavailable(
-        &self,
+        &mut self,
         rid: &RequestId,
         tool: &str,
         audit_only: bool,
         err: String,
+        relayed: Option<(&Value, ToolClass)>,
         out: &mut Vec<Output>,
     ) -> Checked {
         let block = self.fail_closed && !audit_only;
+        if let Some((id, class)) = relayed.filter(|(_, class)| !block && class.leaves_marks()) {
+            if self.unrecorded.len() >= MAX_UNRECORDED {
+                self.unrecorded.remove(0);
+            }
+            self.unrecorded.push(Unrecorded {
+                call: LocalCall {
+                    tool: tool.to_string(),
+                    category: class.as_str().to_string(),
+                    time_ms: now_ms(),
+                    outcome: "unchecked".into(),
+                    result: None,
+                },
+                request: Some(id_key(id)),
+            });
+        }
         out.push(Output::Event(
             EngineEvent::new(
                 "mcp_cross_server_unavailable",
@@ -674,9 +666,11 @@ impl Cross {
         // A split line takes its longest string back from the message when
         // it is forwarded, so only a whole line's results can wait.
         let may_wait = matches!(raw, Raw::Whole(_));
-        for msg in &messages {
-            if let Some(key) = result_key(msg) {
-                self.mark_unrecorded(&key, msg.get("result"));
+        if !self.unrecorded.is_empty() {
+            for msg in &messages {
+                if let Some(key) = result_key(msg) {
+                    self.mark_unrecorded(&key, msg.get("result"));
+                }
             }
         }
         let mut stored = Vec::new();
