@@ -39,6 +39,17 @@ pub struct FlowSettings {
     pub window_ms: i64,
 }
 
+impl FlowSettings {
+    /// How far back the rule looks: its window, or 0 when it is off.
+    pub fn reach_ms(&self) -> i64 {
+        if self.mode == FlowMode::Off {
+            0
+        } else {
+            self.window_ms
+        }
+    }
+}
+
 /// More than `max_calls` calls of one server within `window_ms` → blocked
 /// for `cooldown_ms`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,13 +118,11 @@ impl CrossRules {
     /// How far back [`decide`] needs the session's calls. The rate limit is
     /// computed from the recorded calls over twice its refill time.
     pub fn window_ms(&self) -> i64 {
-        let mut w = self.session_reads_ms.max(1);
-        if self.read_then_send.mode != FlowMode::Off {
-            w = w.max(self.read_then_send.window_ms);
-        }
-        if self.flow.mode != FlowMode::Off {
-            w = w.max(self.flow.window_ms);
-        }
+        let mut w = self
+            .session_reads_ms
+            .max(self.read_then_send.reach_ms())
+            .max(self.flow.reach_ms())
+            .max(1);
         if let Some(b) = &self.burst {
             w = w.max(b.window_ms);
         }
@@ -364,16 +373,10 @@ pub fn decide(
             None => {}
         }
     } else if rules.flow.mode != FlowMode::Off {
-        // A read after a read is what a session does all day: only one that
-        // carries another server's data (a fetch whose URL holds it) is a
-        // flow, blocked in either mode; the sequence alone says nothing.
-        let read = call.class == ToolClass::Read;
         match sequence(call, now_ms, prior, rules.flow, false) {
-            Some(Seq::Block(f)) if !read || f.related.iter().any(|r| r.link.is_some()) => {
-                return block(f)
-            }
-            Some(Seq::Alert(f)) if !read => alert = Some(f),
-            _ => {}
+            Some(Seq::Block(f)) => return block(f),
+            Some(Seq::Alert(f)) => alert = Some(f),
+            None => {}
         }
     }
     let own: Vec<&Prior<'_>> = prior
@@ -493,8 +496,10 @@ fn sequence(
     send: bool,
 ) -> Option<Seq> {
     // Other servers' calls whose results left marks (reads, commands,
-    // tools of unknown kind): a link to any of them is a flow; only reads
-    // count as the sequence alone.
+    // tools of unknown kind): a link to any of them is a flow. Only reads
+    // count as the sequence alone, and not before a read: a read after a
+    // read is what a session does all day, while one that carries another
+    // server's data (a fetch whose URL holds it) is a flow in either mode.
     let sources: Vec<&Prior<'_>> = prior
         .iter()
         .filter(|p| {
@@ -518,7 +523,7 @@ fn sequence(
     rel.sort_by_key(|r| (r.link.is_none(), r.age_ms));
     let linked = rel.iter().find(|r| r.link.is_some()).cloned();
     if linked.is_none() {
-        rel.retain(|r| r.class == ToolClass::Read);
+        rel.retain(|r| r.class == ToolClass::Read && call.class != ToolClass::Read);
         if rel.is_empty() {
             return None;
         }
