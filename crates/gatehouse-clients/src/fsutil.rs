@@ -49,26 +49,34 @@ pub fn hard_links(path: &Path) -> u64 {
 /// name wrapped).
 pub fn atomic_write(path: &Path, expected: &str, new: &str) -> Result<(), ClientError> {
     let target = resolve_target(path);
+    if hard_links(&target) > 1 {
+        write_in_place(&target, expected, new)?;
+    } else {
+        replace_by_rename(&target, expected, new)?;
+    }
+    let written = std::fs::read_to_string(&target).map_err(io_err(&target))?;
+    if written != new {
+        return Err(ClientError::Verify { path: target });
+    }
+    Ok(())
+}
+
+/// A temp file with the target's mode and owner, renamed over it once the
+/// target still holds `expected`.
+fn replace_by_rename(target: &Path, expected: &str, new: &str) -> Result<(), ClientError> {
     let dir = target.parent().ok_or_else(|| {
         ClientError::Refused(format!("{}: no parent directory", target.display()))
     })?;
-    let meta = std::fs::metadata(&target).map_err(io_err(&target))?;
+    let meta = std::fs::metadata(target).map_err(io_err(target))?;
     // Until the rename, the file itself is untouched: a failure says so.
-    let write_err = |source| ClientError::Write {
-        path: target.clone(),
-        source,
-    };
-    if hard_links(&target) > 1 {
-        return write_in_place(&target, expected, new);
-    }
     let mut tmp = tempfile::Builder::new()
         .prefix(".gatehouse-")
         .suffix(".tmp")
         .tempfile_in(dir)
-        .map_err(write_err)?;
-    tmp.write_all(new.as_bytes()).map_err(write_err)?;
-    tmp.as_file().sync_all().map_err(write_err)?;
-    std::fs::set_permissions(tmp.path(), meta.permissions()).map_err(write_err)?;
+        .map_err(write_err(target))?;
+    tmp.write_all(new.as_bytes()).map_err(write_err(target))?;
+    tmp.as_file().sync_all().map_err(write_err(target))?;
+    std::fs::set_permissions(tmp.path(), meta.permissions()).map_err(write_err(target))?;
     #[cfg(unix)]
     {
         // `sudo gatehouse protect` must not leave the person's config owned
@@ -77,49 +85,46 @@ pub fn atomic_write(path: &Path, expected: &str, new: &str) -> Result<(), Client
         use std::os::unix::fs::MetadataExt;
         let _ = std::os::unix::fs::chown(tmp.path(), Some(meta.uid()), Some(meta.gid()));
     }
-    let current = std::fs::read_to_string(&target).map_err(io_err(&target))?;
-    if current != expected {
-        return Err(ClientError::Concurrent { path: target });
-    }
-    tmp.persist(&target).map_err(|e| write_err(e.error))?;
+    still_holds(target, expected)?;
+    tmp.persist(target)
+        .map_err(|e| write_err(target)(e.error))?;
     // The rename itself on disk before anything (an unprotect deleting the
     // keyring's copies) relies on it.
     #[cfg(unix)]
     let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
-    let written = std::fs::read_to_string(&target).map_err(io_err(&target))?;
-    if written != new {
-        return Err(ClientError::Verify { path: target });
-    }
     Ok(())
 }
 
-/// Rewrites `target` in its own inode (truncate, write, sync), after the
-/// same check that it still holds `expected`, and reads it back.
+/// Rewrites `target` in its own inode (truncate, write, sync) once it still
+/// holds `expected`.
 fn write_in_place(target: &Path, expected: &str, new: &str) -> Result<(), ClientError> {
-    let write_err = |source| ClientError::Write {
-        path: target.to_path_buf(),
-        source,
-    };
+    still_holds(target, expected)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(target)
+        .map_err(write_err(target))?;
+    file.write_all(new.as_bytes()).map_err(write_err(target))?;
+    file.sync_all().map_err(write_err(target))
+}
+
+/// The target still holds what the rewrite was planned from (its client did
+/// not change it meanwhile).
+fn still_holds(target: &Path, expected: &str) -> Result<(), ClientError> {
     let current = std::fs::read_to_string(target).map_err(io_err(target))?;
     if current != expected {
         return Err(ClientError::Concurrent {
             path: target.to_path_buf(),
         });
     }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(target)
-        .map_err(write_err)?;
-    file.write_all(new.as_bytes()).map_err(write_err)?;
-    file.sync_all().map_err(write_err)?;
-    let written = std::fs::read_to_string(target).map_err(io_err(target))?;
-    if written != new {
-        return Err(ClientError::Verify {
-            path: target.to_path_buf(),
-        });
-    }
     Ok(())
+}
+
+fn write_err(path: &Path) -> impl FnOnce(std::io::Error) -> ClientError + '_ {
+    move |source| ClientError::Write {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// A lock directory held while writing (removed on drop).
