@@ -406,13 +406,7 @@ impl Scanner {
                 }
             }
             "prompts/get" => {
-                if let Some(d) = result.get("description").and_then(Value::as_str) {
-                    strings.push(Str {
-                        path: "description".into(),
-                        text: d,
-                        key: false,
-                    });
-                }
+                strings.push_field(result, "description");
                 if let Some(msgs) = result.get("messages").and_then(Value::as_array) {
                     for (i, m) in msgs.iter().enumerate() {
                         collect_content_block(
@@ -445,13 +439,7 @@ impl Scanner {
         let mut strings = Strings::default();
         match method {
             "sampling/createMessage" => {
-                if let Some(s) = params.get("systemPrompt").and_then(Value::as_str) {
-                    strings.push(Str {
-                        path: "systemPrompt".into(),
-                        text: s,
-                        key: false,
-                    });
-                }
+                strings.push_field(params, "systemPrompt");
                 if let Some(msgs) = params.get("messages").and_then(Value::as_array) {
                     for (i, m) in msgs.iter().enumerate() {
                         collect_content_block(
@@ -467,13 +455,7 @@ impl Scanner {
                 }
             }
             "elicitation/create" => {
-                if let Some(s) = params.get("message").and_then(Value::as_str) {
-                    strings.push(Str {
-                        path: "message".into(),
-                        text: s,
-                        key: false,
-                    });
-                }
+                strings.push_field(params, "message");
                 if let Some(schema) = params.get("requestedSchema") {
                     collect_strings(
                         schema,
@@ -495,34 +477,15 @@ impl Scanner {
     /// hand them to the model.
     pub fn scan_notification(&self, method: &str, params: &Value) -> Report {
         let mut strings = Strings::default();
-        let field = |name: &str| params.get(name).and_then(Value::as_str);
         match method {
             "notifications/message" => {
-                if let Some(logger) = field("logger") {
-                    strings.push(Str {
-                        path: "logger".into(),
-                        text: logger,
-                        key: false,
-                    });
-                }
+                strings.push_field(params, "logger");
                 if let Some(data) = params.get("data") {
                     collect_strings(data, "data".into(), &mut strings, Keys::All, 0);
                 }
             }
-            "notifications/progress" | "notifications/cancelled" => {
-                let name = if method == "notifications/progress" {
-                    "message"
-                } else {
-                    "reason"
-                };
-                if let Some(text) = field(name) {
-                    strings.push(Str {
-                        path: name.into(),
-                        text,
-                        key: false,
-                    });
-                }
-            }
+            "notifications/progress" => strings.push_field(params, "message"),
+            "notifications/cancelled" => strings.push_field(params, "reason"),
             _ => collect_strings(params, String::new(), &mut strings, Keys::No, 0),
         }
         self.scan_strings(Carrier::Output, &strings).finish()
@@ -672,6 +635,17 @@ pub(crate) struct Strings<'a> {
 }
 
 impl<'a> Strings<'a> {
+    /// The string field `name` of `object`, at the path `name`, if it is one.
+    fn push_field(&mut self, object: &'a Value, name: &str) {
+        if let Some(text) = object.get(name).and_then(Value::as_str) {
+            self.push(Str {
+                path: name.into(),
+                text,
+                key: false,
+            });
+        }
+    }
+
     /// Whether `v`, at `path` and `depth`, is past what is collected; the
     /// first such place is kept. Numbers, booleans and nulls carry no text.
     fn past_limits(&mut self, v: &Value, path: &str, depth: usize) -> bool {
