@@ -103,7 +103,8 @@ pub enum WindowLoad {
     All,
     /// What one call's rules need.
     Lean {
-        /// Other servers' `read` calls this far back (the sequence rules).
+        /// Other servers' calls whose results leave taint marks (`read`,
+        /// `compute`, `unknown`) this far back (the sequence rules).
         other_reads_ms: Option<i64>,
         /// The calling server's own calls this far back (burst, rate limit).
         own_ms: Option<i64>,
